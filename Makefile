@@ -1,0 +1,58 @@
+# seq2seq: `make install`, then `make train` and `make test`. Extra Hydra overrides go in ARGS:
+#   make train ARGS="pos_encoding=rope trainer.max_steps=500"
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ARGS ?=
+# newest checkpoint of any run, for translate/evaluate (override with CKPT=...)
+CKPT ?= $(shell ls -t outputs/*/*/checkpoints/best.pt 2>/dev/null | head -n 1)
+INPUT ?= -
+OUTPUT ?= -
+SPLIT ?= test
+MULTI30K ?= data/multi30k
+SWEEP_ENCODINGS ?= sinusoidal,learned,relative,t5_bias,alibi,rope,none
+SWEEP_SEEDS ?= 1,2,3
+SWEEP_ARGS ?= experiment=numbers
+
+.PHONY: install train translate evaluate sweep data test test-full lint format bench clean
+
+install:  ## virtualenv + CPU torch (no CUDA wheels without an NVIDIA driver) + seq2seq
+	bash scripts/install.sh
+
+train:  ## the default recipe on the embedded numbers data (no network)
+	$(PY) -m seq2seq.train experiment=numbers $(ARGS)
+
+translate:  ## make translate INPUT=src.txt OUTPUT=hyp.txt [CKPT=...]
+	@test -n "$(CKPT)" || { echo "no checkpoint: run 'make train' or pass CKPT=path/best.pt"; exit 1; }
+	$(PY) -m seq2seq.translate ckpt=$(CKPT) input=$(INPUT) output=$(OUTPUT) $(ARGS)
+
+evaluate:  ## make evaluate SPLIT=test [CKPT=...]: BLEU and chrF with signatures
+	@test -n "$(CKPT)" || { echo "no checkpoint: run 'make train' or pass CKPT=path/best.pt"; exit 1; }
+	$(PY) -m seq2seq.evaluate ckpt=$(CKPT) split=$(SPLIT) lowercase=true $(ARGS)
+
+sweep:  ## Hydra multirun over positional encodings x seeds, then a comparison table
+	$(PY) -m seq2seq.train -m $(SWEEP_ARGS) pos_encoding=$(SWEEP_ENCODINGS) \
+		trainer.seed=$(SWEEP_SEEDS) trainer.progress=false $(ARGS)
+	$(PY) scripts/compare_runs.py --latest
+
+data:  ## download Multi30k (needs network) into $(MULTI30K)
+	$(PY) scripts/download_multi30k.py --out $(MULTI30K)
+
+test:  ## the CI suite (slow tests excluded)
+	$(PY) -m pytest -q
+
+test-full:  ## every test, slow ones included
+	$(PY) -m pytest -q -m ""
+
+lint:
+	$(PY) -m ruff check seq2seq tests scripts benchmarks
+	$(PY) -m ruff format --check seq2seq tests scripts benchmarks
+
+format:
+	$(PY) -m ruff check --fix seq2seq tests scripts benchmarks
+	$(PY) -m ruff format seq2seq tests scripts benchmarks
+
+bench:  ## speed benchmarks; results in benchmarks/results/ and docs/BENCHMARKS.md
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf outputs multirun .cache .pytest_cache .ruff_cache

@@ -1,0 +1,93 @@
+"""Checkpoints: atomic writes, safe loads, rotation and averaging.
+
+A checkpoint is a plain dict of tensors, numbers, strings and bytes. It is written to a temporary
+file in the same folder, fsynced, then renamed over the target, so a crash never leaves a half
+written `last.pt`. It is read with `torch.load(weights_only=True)`, which refuses to unpickle
+arbitrary objects.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, truncated, corrupt or unsafe; the message names the file."""
+
+
+def save_checkpoint(state: dict[str, Any], path: Path) -> None:
+    """Write `state` to `path` atomically: temporary file, fsync, rename, fsync of the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_checkpoint(path: Path | str, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint safely; any failure becomes a CheckpointError that names the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint; pass the best.pt or last.pt of a run")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - torch raises many types for bad files
+        raise CheckpointError(
+            f"{path}: cannot be loaded safely ({type(err).__name__}: {str(err)[:200]}). It is "
+            "truncated, corrupt, or holds pickled objects other than tensors and plain values; "
+            "use an earlier checkpoint of the run"
+        ) from err
+    if not isinstance(state, dict) or "model" not in state:
+        raise CheckpointError(f"{path}: not a seq2seq checkpoint (no 'model' entry)")
+    return state
+
+
+def step_checkpoints(folder: Path) -> list[Path]:
+    """The periodic checkpoints step_N.pt in `folder`, oldest first."""
+    found = [
+        (int(m.group(1)), p) for p in folder.glob("step_*.pt") if (m := STEP_FILE.match(p.name))
+    ]
+    return [p for _, p in sorted(found)]
+
+
+def rotate_checkpoints(folder: Path, keep_last: int) -> None:
+    """Delete all but the newest `keep_last` step_N.pt files (best.pt and last.pt stay)."""
+    for path in step_checkpoints(folder)[: max(0, len(step_checkpoints(folder)) - keep_last)]:
+        path.unlink(missing_ok=True)
+
+
+def average_state_dicts(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the models in `paths` (Vaswani et al. 2017 average the last ones)."""
+    if not paths:
+        raise CheckpointError("no checkpoints to average")
+    first = load_checkpoint(paths[0])["model"]
+    total = {k: v.double() for k, v in first.items() if v.is_floating_point()}
+    for path in paths[1:]:
+        model = load_checkpoint(path)["model"]
+        if model.keys() != first.keys():
+            raise CheckpointError(f"{path}: its parameters differ from those of {paths[0]}")
+        for name in total:
+            total[name] += model[name].double()
+    return {
+        name: (total[name] / len(paths)).to(value.dtype) if name in total else value
+        for name, value in first.items()
+    }

@@ -1,0 +1,218 @@
+"""Typed config schemas, registered in Hydra's ConfigStore.
+
+Every field here is read somewhere; each carries a comment saying what it does. YAML files under
+`configs/` only choose values. An unknown key or a bad value fails when Hydra composes the config,
+and the error names the full key (e.g. `pos_encoding.kind`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class TokenizerKind(str, Enum):
+    bpe = "bpe"
+    unigram = "unigram"
+    word = "word"
+    char = "char"
+
+
+class PosKind(str, Enum):
+    sinusoidal = "sinusoidal"
+    learned = "learned"
+    relative = "relative"
+    t5_bias = "t5_bias"
+    alibi = "alibi"
+    rope = "rope"
+    none = "none"
+
+
+class SearchKind(str, Enum):
+    greedy = "greedy"
+    beam = "beam"
+
+
+class LengthPenaltyKind(str, Enum):
+    none = "none"  # raw sum of log-probabilities
+    gnmt = "gnmt"  # Wu et al. 2016: score / ((5 + |y|) / 6) ** alpha
+    average = "average"  # score / |y| ** alpha
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"  # autocast to bfloat16 (CUDA or CPU)
+    fp16 = "fp16"  # autocast to float16 with a gradient scaler (CUDA)
+
+
+@dataclass
+class DataConfig:
+    name: str = "numbers"  # label used in logs and run folders
+    root: str = "data/numbers"  # folder of {split}.{lang} or {split}.{lang}.gz files
+    src_lang: str = "en"  # source language suffix
+    tgt_lang: str = "de"  # target language suffix
+    train: str = "train"  # training split name
+    valid: str = "valid"  # validation split (loss, perplexity, greedy BLEU)
+    test: list[str] = field(default_factory=lambda: ["test"])  # splits scored after training
+    max_len: int = 256  # pairs with a side longer than this (in tokens) are dropped and counted
+
+
+@dataclass
+class TokenizerConfig:
+    kind: TokenizerKind = TokenizerKind.bpe  # bpe | unigram (sentencepiece), word | char
+    vocab_size: int = 8000  # target vocabulary size (sentencepiece; cap for word)
+    joint: bool = True  # one vocabulary for both languages
+    min_freq: int = 1  # word/char: drop tokens seen fewer times
+    character_coverage: float = 1.0  # sentencepiece: share of characters covered
+    cache_dir: str = ".cache/tokenizers"  # trained models, keyed by a hash of data + settings
+
+
+@dataclass
+class PosEncodingConfig:
+    kind: PosKind = PosKind.sinusoidal  # which encoding (see seq2seq/positional.py)
+    max_len: int = 1024  # learned: table size; sinusoidal: precomputed length
+    clip: int = 16  # relative (Shaw): distances beyond +-clip share one embedding
+    num_buckets: int = 32  # t5_bias: number of relative-position buckets
+    max_distance: int = 128  # t5_bias: distance at which buckets stop growing
+    rope_base: float = 10000.0  # rope: base of the rotation frequencies
+
+
+@dataclass
+class ModelConfig:
+    d_model: int = 128  # embedding and hidden size
+    n_heads: int = 4  # attention heads
+    enc_layers: int = 4  # encoder layers
+    dec_layers: int = 4  # decoder layers
+    d_ff: int = 256  # feed-forward inner size
+    dropout: float = 0.1  # residual, embedding and FFN dropout
+    attn_dropout: float = 0.0  # dropout on attention weights
+    norm_first: bool = True  # pre-norm (True) or post-norm (False, Vaswani et al.)
+    tie_output: bool = True  # output projection shares the target embedding matrix
+    share_embeddings: bool = True  # source and target share embeddings (needs a joint vocab)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-3  # peak learning rate, reached after warmup
+    warmup_steps: int = 1000  # linear warmup, then inverse square root decay
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam betas
+    eps: float = 1e-9  # Adam epsilon
+    weight_decay: float = 0.0  # decoupled weight decay (AdamW)
+    clip_norm: float = 1.0  # gradient-norm clipping (0 = off)
+
+
+@dataclass
+class TrainerConfig:
+    seed: int = 1  # seeds python, torch and the batch order
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0  # torch intra-op threads (0 = torch default)
+    max_tokens: int = 4096  # token budget per batch (padded source or target tokens)
+    accum_steps: int = 1  # batches accumulated per optimizer step
+    max_steps: int = 10000  # stop after this many optimizer steps
+    max_epochs: int = 100  # stop after this many epochs
+    max_minutes: float = 0.0  # stop after this much wall time (0 = no limit)
+    label_smoothing: float = 0.1  # label-smoothed cross-entropy
+    log_every: int = 50  # steps between TensorBoard/console scalars
+    valid_every: int = 500  # steps between validations (and checkpoints)
+    valid_bleu_sentences: int = 0  # validation sentences decoded for BLEU (0 = all)
+    keep_last: int = 3  # periodic checkpoints kept, besides best.pt
+    precision: Precision = Precision.fp32  # fp32 | bf16 | fp16
+    progress: bool = True  # show a progress bar
+
+
+@dataclass
+class DecodeConfig:
+    method: SearchKind = SearchKind.greedy  # greedy | beam
+    beam_size: int = 5  # beam width (beam search)
+    length_penalty: LengthPenaltyKind = LengthPenaltyKind.gnmt  # how beam scores are normalized
+    alpha: float = 0.6  # length penalty exponent
+    max_len_a: float = 1.5  # output length limit is a * |src| + b
+    max_len_b: int = 10  # see max_len_a
+    nbest: int = 1  # hypotheses returned per sentence (beam search)
+    batch_size: int = 64  # sentences per decoding batch
+
+
+@dataclass
+class TrainConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    pos_encoding: PosEncodingConfig = field(default_factory=PosEncodingConfig)
+    encoder_pos: PosEncodingConfig | None = None  # overrides pos_encoding in the encoder
+    decoder_pos: PosEncodingConfig | None = None  # overrides pos_encoding in the decoder
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    name: str = "default"  # run name: names the output folder (experiment/*.yaml set it)
+
+
+@dataclass
+class TranslateConfig:
+    ckpt: str = MISSING  # checkpoint to load (best.pt or last.pt of a run)
+    input: str = "-"  # file to translate, one sentence a line ("-" = stdin)
+    output: str = "-"  # where to write translations ("-" = stdout)
+    device: str = "auto"  # auto | cpu | cuda
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+@dataclass
+class EvaluateConfig:
+    ckpt: str | None = None  # score this checkpoint's translations of `split` ...
+    split: str = "test"  # ... read from the checkpoint's data config (root overridable below)
+    data_root: str | None = None  # replaces the checkpoint's data.root when set
+    hyp: str | None = None  # ... or score this hypothesis file against `ref`
+    ref: str | None = None  # reference file (plain or .gz), required with hyp
+    lowercase: bool = False  # also report case-insensitive BLEU
+    json: str | None = None  # write the scores as JSON to this path ("-" = stdout)
+    device: str = "auto"  # auto | cpu | cuda
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+def check_decode(cfg: DecodeConfig, prefix: str = "decode") -> None:
+    """Range checks the schema's types cannot express; errors name the key and the fix."""
+    _require(cfg.beam_size >= 1, f"{prefix}.beam_size", cfg.beam_size, "at least 1")
+    _require(cfg.nbest >= 1, f"{prefix}.nbest", cfg.nbest, "at least 1")
+    _require(cfg.nbest <= cfg.beam_size or cfg.method == SearchKind.greedy,
+             f"{prefix}.nbest", cfg.nbest, f"at most beam_size ({cfg.beam_size})")  # fmt: skip
+    _require(cfg.max_len_a >= 0, f"{prefix}.max_len_a", cfg.max_len_a, "0 or more")
+    _require(cfg.max_len_b >= 0, f"{prefix}.max_len_b", cfg.max_len_b, "0 or more")
+    _require(cfg.max_len_a > 0 or cfg.max_len_b > 0, f"{prefix}.max_len_b", cfg.max_len_b,
+             "above 0 when max_len_a is 0")  # fmt: skip
+    _require(cfg.batch_size >= 1, f"{prefix}.batch_size", cfg.batch_size, "at least 1")
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """Reject values that would fail (or silently misbehave) deep inside training."""
+    m, t, d = cfg.model, cfg.trainer, cfg.data
+    _require(m.d_model % m.n_heads == 0, "model.d_model", m.d_model,
+             f"a multiple of model.n_heads ({m.n_heads})")  # fmt: skip
+    for key, value in [("model.enc_layers", m.enc_layers), ("model.dec_layers", m.dec_layers),
+                       ("model.d_ff", m.d_ff), ("data.max_len", d.max_len),
+                       ("trainer.max_tokens", t.max_tokens), ("trainer.accum_steps", t.accum_steps),
+                       ("trainer.valid_every", t.valid_every), ("trainer.log_every", t.log_every),
+                       ("tokenizer.vocab_size", cfg.tokenizer.vocab_size)]:  # fmt: skip
+        _require(value >= 1, key, value, "at least 1")
+    for key, value in [("model.dropout", m.dropout), ("model.attn_dropout", m.attn_dropout),
+                       ("trainer.label_smoothing", t.label_smoothing)]:  # fmt: skip
+        _require(0.0 <= value < 1.0, key, value, "in [0, 1)")
+    _require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "above 0")
+    _require(len(cfg.optim.betas) == 2, "optim.betas", cfg.optim.betas, "two numbers")
+    _require(not m.share_embeddings or cfg.tokenizer.joint, "model.share_embeddings", True,
+             "false when tokenizer.joint is false (two vocabularies)")  # fmt: skip
+    check_decode(cfg.decode)
+
+
+def _require(ok: bool, key: str, value: object, expected: str) -> None:
+    if not ok:
+        raise ValueError(f"config: {key}={value!r} is invalid; it must be {expected}")
+
+
+def register_configs() -> None:
+    """Store the schemas so that YAML files under configs/ are validated against them."""
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(name="translate_schema", node=TranslateConfig)
+    cs.store(name="evaluate_schema", node=EvaluateConfig)

@@ -1,0 +1,78 @@
+"""The seq2seq-translate entry point: a file (or stdin) in, detokenized translations out, in order.
+
+    seq2seq-translate ckpt=outputs/numbers/.../checkpoints/best.pt input=src.txt output=hyp.txt
+    echo "forty-two" | seq2seq-translate ckpt=... decode=greedy
+
+With decode.nbest > 1 each input line gives nbest output lines, best first.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.build import load_for_inference
+from seq2seq.config import TranslateConfig, check_decode, register_configs
+from seq2seq.data import DataError, read_lines
+from seq2seq.search import translate_ids
+
+log = logging.getLogger(__name__)
+
+
+def read_input(path: str) -> list[str]:
+    """Lines of `path`, or of stdin for "-" (UTF-8; bad bytes raise a DataError naming the line)."""
+    if path != "-":
+        return read_lines(Path(path))
+    data = sys.stdin.buffer.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise DataError(f"<stdin>:{line}: invalid UTF-8; re-encode the input as UTF-8") from err
+    return text.splitlines()
+
+
+def translate_lines(cfg: TranslateConfig, lines: list[str]) -> list[str]:
+    """Translations of `lines` (nbest per line, best first); blank lines stay blank."""
+    check_decode(cfg.decode)
+    model, src_tok, tgt_tok, train_cfg = load_for_inference(cfg.ckpt, cfg.device)
+    ids = src_tok.encode_batch(lines)
+    long = sum(len(x) > train_cfg.data.max_len for x in ids)
+    if long:
+        log.warning(
+            "%d input lines exceed %d tokens and are truncated", long, train_cfg.data.max_len
+        )
+    hyps = translate_ids(model, ids, cfg.decode, train_cfg.data.max_len)
+    out = []
+    for line, nbest in zip(lines, hyps, strict=True):
+        texts = [tgt_tok.decode(h.tokens) if line.strip() else "" for h in nbest]
+        out.extend(texts[: cfg.decode.nbest])
+    return out
+
+
+def run(cfg: TranslateConfig) -> None:
+    lines = read_input(cfg.input)
+    out = translate_lines(cfg, lines) if lines else []
+    text = "".join(t + "\n" for t in out)
+    if cfg.output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(cfg.output).write_text(text, encoding="utf-8")
+        log.info("wrote %d lines to %s", len(out), cfg.output)
+
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="translate")
+def main(cfg: DictConfig) -> None:
+    """Entry point of seq2seq-translate."""
+    run(OmegaConf.to_object(cfg))  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main()
