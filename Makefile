@@ -12,6 +12,7 @@ MULTI30K ?= data/multi30k
 SWEEP_ENCODINGS ?= sinusoidal,learned,relative,t5_bias,alibi,rope,none
 SWEEP_SEEDS ?= 1,2,3
 SWEEP_ARGS ?= experiment=numbers
+LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)
 
 .PHONY: install train translate evaluate sweep data test test-full lint format bench clean
 
@@ -44,12 +45,12 @@ test-full:  ## every test, slow ones included
 	$(PY) -m pytest -q -m ""
 
 lint:
-	$(PY) -m ruff check seq2seq tests scripts benchmarks
-	$(PY) -m ruff format --check seq2seq tests scripts benchmarks
+	$(PY) -m ruff check $(LINT_DIRS)
+	$(PY) -m ruff format --check $(LINT_DIRS)
 
 format:
-	$(PY) -m ruff check --fix seq2seq tests scripts benchmarks
-	$(PY) -m ruff format seq2seq tests scripts benchmarks
+	$(PY) -m ruff check --fix $(LINT_DIRS)
+	$(PY) -m ruff format $(LINT_DIRS)
 
 bench:  ## speed benchmarks; results in benchmarks/results/ and docs/BENCHMARKS.md
 	$(PY) benchmarks/run_all.py

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+# configs/ beside the package (the project is installed editable, `pip install -e .`)
+CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
 
 
 class TokenizerKind(str, Enum):

@@ -50,6 +50,8 @@ __all__ = [
     "find_split_file",
     "read_lines",
     "read_parallel",
+    "decode_text",
+    "split_lines",
     "sentence_batches",
     "token_batches",
 ]
@@ -129,7 +131,7 @@ def _read_bytes(path: Path) -> bytes:
         ) from None
 
 
-def _decode(path: Path, data: bytes) -> str:
+def decode_text(path: Path | str, data: bytes) -> str:
     """Decode strict UTF-8, reporting the line and column of the first bad byte."""
     try:
         return data.decode("utf-8")
@@ -152,11 +154,16 @@ def read_lines(path: Path) -> list[str]:
         DataError: missing file, corrupt gzip, invalid UTF-8 or an empty file.
     """
     path = Path(path)
-    data = _read_bytes(path)
-    text = _decode(path, data).removeprefix("\ufeff")
+    text = decode_text(path, _read_bytes(path))
     if not text:
         raise DataError(f"{path}: file is empty (0 lines). fix: check the file was written")
-    lines = text.split("\n")
+    return split_lines(text)
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines of `text`, split on "\\n" only (U+2028 and the like stay inside a line), without
+    a leading byte-order mark or the "\\r" of "\\r\\n"."""
+    lines = text.removeprefix("\ufeff").split("\n")
     if lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]

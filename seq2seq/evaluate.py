@@ -16,7 +16,7 @@ import hydra
 import sacrebleu
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.config import DecodeConfig, EvaluateConfig, register_configs
+from seq2seq.config import CONFIG_DIR, DecodeConfig, EvaluateConfig, register_configs
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +93,10 @@ def run(cfg: EvaluateConfig) -> dict[str, object]:
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="evaluate")
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def main(cfg: DictConfig) -> None:
     """Entry point of seq2seq-evaluate."""
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(message)s", stream=sys.stderr)
     run(OmegaConf.to_object(cfg))  # type: ignore[arg-type]
 
 

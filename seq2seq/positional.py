@@ -170,6 +170,9 @@ class ALiBi(PositionalEncoding):
         dist = relative_positions(q_offset, q.size(-2), k_len, q.device).abs()  # (Tq, Tk)
         return (-self.slopes[:, None, None] * dist[None]).to(q.dtype)[None]  # (1, H, Tq, Tk)
 
+    def image(self) -> Tensor:
+        return -self.slopes[:, None] * torch.arange(64.0)[None]  # (H, distance)
+
 
 def t5_bucket(relative: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
     """Map key-minus-query offsets to buckets (Raffel et al. 2020, T5's reference function).

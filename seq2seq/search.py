@@ -40,6 +40,13 @@ def length_penalty(length: Tensor, kind: LengthPenaltyKind, alpha: float) -> Ten
     return torch.ones_like(length)
 
 
+def _next_token_logprobs(logits: Tensor) -> Tensor:
+    """Log-probabilities (N, V) of the next token; PAD and BOS are never output."""
+    logprobs = logits.float().log_softmax(-1)  # (N, V)
+    logprobs[:, PAD_ID] = logprobs[:, BOS_ID] = float("-inf")
+    return logprobs
+
+
 def _strip(ids: list[int]) -> list[int]:
     return ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
 
@@ -55,7 +62,8 @@ def greedy_search(model: EncoderDecoder, src: Tensor, max_len: Tensor) -> list[H
     score = torch.zeros(batch, device=src.device)  # (B,)
     out = []
     for step in range(int(max_len.max())):
-        logprobs = model.decode(token, memory, src_mask, cache)[:, -1].log_softmax(-1)  # (B, V)
+        logits = model.decode(token, memory, src_mask, cache)[:, -1]  # (B, V)
+        logprobs = _next_token_logprobs(logits)  # (B, V)
         best = logprobs.argmax(-1)  # (B,)
         best = torch.where(step + 1 >= max_len, EOS_ID, best)  # length limit reached: stop
         best = best.masked_fill(done, PAD_ID)
@@ -115,12 +123,11 @@ def beam_search(
     offsets = (torch.arange(batch, device=device) * k)[:, None]  # (B, 1)
     for step in range(int(max_len.max())):
         logprobs = model.decode(tokens[:, -1:], memory, src_mask, cache)[:, -1]  # (B*K, V)
-        logprobs = logprobs.float().log_softmax(-1).view(batch, k, -1)  # (B, K, V)
-        at_limit = (step + 1 >= max_len)[:, None]  # (B, 1)
-        eos_only = torch.full_like(logprobs[0, 0], float("-inf"))
-        eos_only[EOS_ID] = 0.0
-        logprobs = torch.where(at_limit[:, :, None], eos_only, logprobs)  # force EOS at the limit
+        logprobs = _next_token_logprobs(logprobs).view(batch, k, -1)  # (B, K, V)
         vocab = logprobs.size(-1)
+        at_limit = (step + 1 >= max_len)[:, None, None]  # (B, 1, 1)
+        not_eos = torch.arange(vocab, device=device).ne(EOS_ID)  # (V,)
+        logprobs = logprobs.masked_fill(at_limit & not_eos, float("-inf"))  # only EOS at the limit
         cand = (scores[:, :, None] + logprobs).view(batch, -1)  # (B, K*V)
         cand_score, cand_idx = cand.topk(2 * k, dim=1)  # (B, 2K)
         beam_of, token_of = cand_idx // vocab, cand_idx % vocab  # (B, 2K)

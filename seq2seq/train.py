@@ -29,6 +29,7 @@ from tqdm import tqdm
 from seq2seq.build import build_model, build_optimizer, load_corpus, resolve_device
 from seq2seq.checkpoint import load_checkpoint, rotate_checkpoints, save_checkpoint
 from seq2seq.config import (
+    CONFIG_DIR,
     DecodeConfig,
     Precision,
     SearchKind,
@@ -205,9 +206,20 @@ class Trainer:
         improved = metrics["bleu"] > self.state.best_bleu
         if improved:
             self.state.best_bleu = metrics["bleu"]
+        self.log_positional_images(step)
         log.info("step %d: valid loss %.3f ppl %.2f BLEU %.2f%s", step, metrics["loss"],
                  metrics["ppl"], metrics["bleu"], " (best)" if improved else "")  # fmt: skip
         self.save(improved)
+
+    def log_positional_images(self, step: int) -> None:
+        """Heatmaps of the positional tables or biases (those that have one) to TensorBoard."""
+        for side, pos in (("encoder", self.model.enc_pos), ("decoder", self.model.dec_pos)):
+            image = pos.image()  # (rows, cols) or None
+            if image is not None:
+                image = image.detach().float().cpu()
+                span = (image.max() - image.min()).clamp(min=1e-8)
+                self.writer.add_image(f"positional/{side}", (image - image.min()) / span, step,
+                                      dataformats="HW")  # fmt: skip
 
     def checkpoint_state(self) -> dict[str, Any]:
         return {
@@ -286,12 +298,15 @@ def train(cfg: TrainConfig, run_dir: Path) -> dict[str, dict[str, object]]:
     check_config(cfg)
     start = time.monotonic()
     trainer = Trainer(cfg, run_dir)
+    fit_start = time.monotonic()
     trainer.fit()
+    fit_seconds = time.monotonic() - fit_start
     results = trainer.test()
     trainer.writer.close()
     summary = {"test": results, "best_valid_bleu": trainer.state.best_bleu,
                "steps": trainer.state.step, "minutes": (time.monotonic() - start) / 60,
-               "params": trainer.model.num_params()}  # fmt: skip
+               "train_minutes": fit_seconds / 60, "params": trainer.model.num_params(),
+               "train_tokens_per_s": trainer.state.tokens / fit_seconds}  # fmt: skip
     (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"checkpoints: {trainer.ckpt_dir}\ntensorboard: tensorboard --logdir {run_dir / 'tb'}")
     for name, scores in results.items():
@@ -302,7 +317,7 @@ def train(cfg: TrainConfig, run_dir: Path) -> dict[str, dict[str, object]]:
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def main(cfg: DictConfig) -> float:
     """Entry point of seq2seq-train; returns the first test split's BLEU (for sweeps)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)

@@ -16,8 +16,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.build import load_for_inference
-from seq2seq.config import TranslateConfig, check_decode, register_configs
-from seq2seq.data import DataError, read_lines
+from seq2seq.config import CONFIG_DIR, TranslateConfig, check_decode, register_configs
+from seq2seq.data import decode_text, read_lines, split_lines
 from seq2seq.search import translate_ids
 
 log = logging.getLogger(__name__)
@@ -27,13 +27,7 @@ def read_input(path: str) -> list[str]:
     """Lines of `path`, or of stdin for "-" (UTF-8; bad bytes raise a DataError naming the line)."""
     if path != "-":
         return read_lines(Path(path))
-    data = sys.stdin.buffer.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise DataError(f"<stdin>:{line}: invalid UTF-8; re-encode the input as UTF-8") from err
-    return text.splitlines()
+    return split_lines(decode_text("<stdin>", sys.stdin.buffer.read()))
 
 
 def translate_lines(cfg: TranslateConfig, lines: list[str]) -> list[str]:
@@ -68,9 +62,10 @@ def run(cfg: TranslateConfig) -> None:
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="translate")
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
 def main(cfg: DictConfig) -> None:
     """Entry point of seq2seq-translate."""
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(message)s", stream=sys.stderr)
     run(OmegaConf.to_object(cfg))  # type: ignore[arg-type]
 
 

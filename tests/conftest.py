@@ -1,0 +1,106 @@
+"""Shared fixtures: tiny models built straight from the package's classes (no Hydra, no data)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from seq2seq.config import ModelConfig, PosEncodingConfig, PosKind
+from seq2seq.model import EncoderDecoder
+from seq2seq.positional import build_positional
+from seq2seq.tokenizer import EOS_ID, PAD_ID
+
+# The test models are tiny: one intra-op thread is fastest, and on a busy machine the default
+# (one per core) waits on the other threads at every op, which made a 9-step decode take seconds.
+torch.set_num_threads(1)
+
+VOCAB = 24  # ids 0-3 are the specials, 4.. are "words"
+
+MakeModel = Callable[..., EncoderDecoder]
+
+
+def tiny_pos_config(kind: PosKind | str) -> PosEncodingConfig:
+    """Small settings so that every regime of every encoding shows up in sequences of ~10 tokens:
+    the sinusoid table must grow, Shaw distances get clipped, T5 uses its logarithmic buckets."""
+    return PosEncodingConfig(
+        kind=PosKind(kind), max_len=64, clip=3, num_buckets=8, max_distance=12, rope_base=100.0
+    )
+
+
+def _make_model(
+    pos: PosKind | str = PosKind.sinusoidal,
+    *,
+    d_model: int = 32,
+    n_heads: int = 4,
+    layers: int = 1,
+    d_ff: int = 64,
+    vocab: int = VOCAB,
+    tgt_vocab: int | None = None,
+    norm_first: bool = True,
+    tie_output: bool = True,
+    share_embeddings: bool = True,
+    dropout: float = 0.0,
+    seed: int = 0,
+    randomize_pos: bool = True,
+) -> EncoderDecoder:
+    """A tiny EncoderDecoder in eval mode; positional parameters (T5 starts at zero) are
+    randomized so that a wrong position or bucket changes the output."""
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        d_model=d_model,
+        n_heads=n_heads,
+        enc_layers=layers,
+        dec_layers=layers,
+        d_ff=d_ff,
+        dropout=dropout,
+        norm_first=norm_first,
+        tie_output=tie_output,
+        share_embeddings=share_embeddings,
+    )
+    enc_cfg = tiny_pos_config(pos)
+    dec_cfg = tiny_pos_config(pos)
+    if PosKind(pos) == PosKind.sinusoidal:
+        dec_cfg.max_len = 4  # shorter than the test sequences: the table grows on demand
+    model = EncoderDecoder(
+        cfg,
+        vocab,
+        tgt_vocab if tgt_vocab is not None else vocab,
+        build_positional(enc_cfg, d_model, n_heads, causal=False),
+        build_positional(dec_cfg, d_model, n_heads, causal=True),
+    )
+    if randomize_pos:
+        with torch.no_grad():
+            for p in [*model.enc_pos.parameters(), *model.dec_pos.parameters()]:
+                nn.init.normal_(p, std=0.5)
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def make_model() -> MakeModel:
+    """Factory for tiny models: make_model("rope", layers=2, norm_first=False, ...)."""
+    return _make_model
+
+
+def _random_sources(
+    lengths: list[int], vocab: int = VOCAB, seed: int = 0, pad_to: int | None = None
+) -> torch.Tensor:
+    """(B, S) sources: random word ids, then EOS, right-padded with PAD."""
+    gen = torch.Generator().manual_seed(seed)
+    width = max(lengths) + 1 if pad_to is None else pad_to
+    src = torch.full((len(lengths), width), PAD_ID, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        src[row, :n] = torch.randint(4, vocab, (n,), generator=gen)
+        src[row, n] = EOS_ID
+    return src
+
+
+MakeSources = Callable[..., torch.Tensor]
+
+
+@pytest.fixture(scope="session")
+def make_sources() -> MakeSources:
+    """Factory for (B, S) source batches: make_sources([5, 3], seed=1, pad_to=9)."""
+    return _random_sources

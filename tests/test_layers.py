@@ -1,0 +1,247 @@
+"""Tests for seq2seq.layers: masks, attention against a reference, residual blocks, caches."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seq2seq.layers import (
+    DecoderLayer,
+    EncoderLayer,
+    LayerCache,
+    LayerSpec,
+    MultiHeadAttention,
+    Residual,
+    attention_mask,
+)
+from seq2seq.positional import ALiBi, PositionalEncoding, ShawRelative
+
+Y, N = True, False  # short names keep the mask tables readable
+CPU = torch.device("cpu")
+
+# --------------------------------------------------------------------------- attention_mask
+
+
+def test_attention_mask_none_when_everything_is_allowed() -> None:
+    assert attention_mask(None, causal=False, q_len=3, k_len=3, device=CPU) is None
+    # a single causal query (incremental decoding) sees every cached key
+    assert attention_mask(None, causal=True, q_len=1, k_len=4, device=CPU) is None
+
+
+def test_attention_mask_padding_only() -> None:
+    key_mask = torch.tensor([[Y, Y, N], [Y, N, N]])
+    mask = attention_mask(key_mask, causal=False, q_len=2, k_len=3, device=CPU)
+    assert mask is not None and mask.shape == (2, 1, 1, 3)
+    assert mask[:, 0, 0].tolist() == [[Y, Y, N], [Y, N, N]]
+
+
+def test_attention_mask_causal_square() -> None:
+    mask = attention_mask(None, causal=True, q_len=3, k_len=3, device=CPU)
+    assert mask is not None and mask.shape == (1, 1, 3, 3)
+    assert mask[0, 0].tolist() == [[Y, N, N], [Y, Y, N], [Y, Y, Y]]
+
+
+def test_attention_mask_causal_with_cached_keys() -> None:
+    # 2 new queries at positions 2 and 3 after 2 cached tokens: 4 keys
+    mask = attention_mask(None, causal=True, q_len=2, k_len=4, device=CPU)
+    assert mask is not None
+    assert mask[0, 0].tolist() == [[Y, Y, Y, N], [Y, Y, Y, Y]]
+
+
+def test_attention_mask_causal_and_padding_combine() -> None:
+    key_mask = torch.tensor([[Y, Y, Y], [Y, Y, N]])
+    mask = attention_mask(key_mask, causal=True, q_len=3, k_len=3, device=CPU)
+    assert mask is not None and mask.shape == (2, 1, 3, 3)
+    assert mask[0, 0].tolist() == [[Y, N, N], [Y, Y, N], [Y, Y, Y]]
+    assert mask[1, 0].tolist() == [[Y, N, N], [Y, Y, N], [Y, Y, N]]
+
+
+def test_attention_mask_single_query_keeps_padding() -> None:
+    key_mask = torch.tensor([[Y, N]])
+    mask = attention_mask(key_mask, causal=True, q_len=1, k_len=2, device=CPU)
+    assert mask is not None and mask.view(-1).tolist() == [Y, N]
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def reference_attention(
+    attn: MultiHeadAttention,
+    x: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    causal: bool,
+    slopes: torch.Tensor | None,
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(Dh) - slope * |i - j|, masked) v, written out with loops over heads."""
+    b, t, d = x.shape
+    h, dh = attn.n_heads, attn.head_dim
+    q = attn.q_proj(x)
+    k, v = attn.kv_proj(x).chunk(2, dim=-1)
+    allowed = torch.ones(b, t, t, dtype=torch.bool)
+    if key_mask is not None:
+        allowed &= key_mask[:, None, :]
+    if causal:
+        allowed &= torch.ones(t, t, dtype=torch.bool).tril()
+    heads = []
+    for head in range(h):
+        sl = slice(head * dh, (head + 1) * dh)
+        logits = q[..., sl] @ k[..., sl].transpose(1, 2) / math.sqrt(dh)  # (B, T, T)
+        if slopes is not None:
+            pos = torch.arange(t)
+            logits = logits - slopes[head] * (pos[None, :] - pos[:, None]).abs()
+        logits = logits.masked_fill(~allowed, float("-inf"))
+        heads.append(logits.softmax(-1) @ v[..., sl])
+    return attn.out_proj(torch.cat(heads, dim=-1))
+
+
+@pytest.mark.parametrize("alibi", [False, True], ids=["nobias", "alibi"])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
+@pytest.mark.parametrize("padded", [False, True], ids=["nopad", "pad"])
+def test_attention_matches_reference(alibi: bool, causal: bool, padded: bool) -> None:
+    """Every branch of `attend` (plain SDPA, is_causal, explicit mask, bias) computes the same."""
+    torch.manual_seed(0)
+    pos = ALiBi(4) if alibi else PositionalEncoding()
+    attn = MultiHeadAttention(16, 4, dropout=0.0, pos=pos, causal=causal).eval()
+    x = torch.randn(2, 5, 16)
+    key_mask = torch.tensor([[Y] * 5, [Y, Y, Y, N, N]]) if padded else None
+    out = attn(x, key_mask=key_mask)
+    slopes = alibi_slopes_of(pos)
+    torch.testing.assert_close(out, reference_attention(attn, x, key_mask, causal, slopes))
+
+
+def alibi_slopes_of(pos: PositionalEncoding) -> torch.Tensor | None:
+    return pos.slopes if isinstance(pos, ALiBi) else None
+
+
+def test_attention_weights_path_matches_reference() -> None:
+    """Shaw attention takes the explicit-softmax path; with zero relative tables it must equal
+    plain attention, masks included."""
+    torch.manual_seed(0)
+    shaw = ShawRelative(head_dim=4, clip=2)
+    nn.init.zeros_(shaw.keys.weight)
+    nn.init.zeros_(shaw.vals.weight)
+    attn = MultiHeadAttention(16, 4, dropout=0.0, pos=shaw, causal=True).eval()
+    x = torch.randn(2, 5, 16)
+    key_mask = torch.tensor([[Y] * 5, [Y, Y, Y, N, N]])
+    out = attn(x, key_mask=key_mask)
+    torch.testing.assert_close(out, reference_attention(attn, x, key_mask, True, None))
+
+
+def test_attention_rejects_indivisible_heads() -> None:
+    with pytest.raises(ValueError, match="divisible"):
+        MultiHeadAttention(10, 4, 0.0, PositionalEncoding(), causal=False)
+
+
+def test_causal_attention_ignores_the_future() -> None:
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4, 0.0, PositionalEncoding(), causal=True).eval()
+    x = torch.randn(1, 6, 16)
+    y = x.clone()
+    y[:, 4] += 1.0
+    out_x, out_y = attn(x), attn(y)
+    torch.testing.assert_close(out_x[:, :4], out_y[:, :4])
+    assert not torch.allclose(out_x[:, 4:], out_y[:, 4:])
+
+
+def test_masked_keys_are_ignored() -> None:
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4, 0.0, PositionalEncoding(), causal=False).eval()
+    x = torch.randn(1, 6, 16)
+    key_mask = torch.tensor([[Y, Y, Y, Y, N, N]])
+    y = x.clone()
+    y[:, 4:] = torch.randn(1, 2, 16)
+    torch.testing.assert_close(attn(x, key_mask=key_mask)[:, :4], attn(y, key_mask=key_mask)[:, :4])
+    # without the mask the change is seen
+    assert not torch.allclose(attn(x)[:, :4], attn(y)[:, :4])
+
+
+# --------------------------------------------------------------------------- residual blocks
+
+
+@pytest.mark.parametrize("norm_first", [True, False], ids=["pre", "post"])
+def test_residual_formula(norm_first: bool) -> None:
+    torch.manual_seed(0)
+    res = Residual(8, dropout=0.0, norm_first=norm_first)
+    nn.init.normal_(res.norm.weight)
+    nn.init.normal_(res.norm.bias)
+    f = nn.Linear(8, 8)
+    x = torch.randn(3, 8)
+    # pre-norm: Xiong et al. 2020; post-norm: Vaswani et al. 2017
+    expected = x + f(res.norm(x)) if norm_first else res.norm(x + f(x))
+    torch.testing.assert_close(res(x, f), expected)
+
+
+def test_residual_dropout_only_in_training() -> None:
+    torch.manual_seed(0)
+    res = Residual(8, dropout=0.5, norm_first=True)
+    f = nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+    res.eval()
+    torch.testing.assert_close(res(x, f), res(x, f))
+    res.train()
+    assert not torch.allclose(res(x, f), res(x, f))
+
+
+# --------------------------------------------------------------------------- layers and caches
+
+
+SPEC = LayerSpec(d_model=16, n_heads=4, d_ff=32, dropout=0.0, attn_dropout=0.0, norm_first=True)
+
+
+def test_layer_cache_reorder() -> None:
+    cache = LayerCache(self_k=torch.arange(3.0).view(3, 1, 1, 1), self_v=None)
+    cache.cross_k = torch.arange(3.0).view(3, 1, 1, 1) * 10
+    cache.reorder(torch.tensor([2, 2, 0]))
+    assert cache.self_k is not None and cache.cross_k is not None
+    assert cache.self_k.view(-1).tolist() == [2.0, 2.0, 0.0]
+    assert cache.cross_k.view(-1).tolist() == [20.0, 20.0, 0.0]
+    assert cache.self_v is None and cache.cross_v is None
+
+
+def test_decoder_layer_cache_matches_full() -> None:
+    torch.manual_seed(0)
+    layer = DecoderLayer(SPEC, PositionalEncoding()).eval()
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 4, 16)
+    src_mask = torch.tensor([[Y, Y, Y, Y], [Y, Y, N, N]])
+    full = layer(x, memory, src_mask)
+    cache = LayerCache()
+    steps = [layer(x[:, i : i + 1], memory, src_mask, cache) for i in range(5)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-4)
+    assert cache.self_k is not None and cache.self_k.shape == (2, 4, 5, 4)
+    assert cache.cross_k is not None and cache.cross_k.shape == (2, 4, 4, 4)
+
+
+def test_decoder_layer_respects_source_padding() -> None:
+    torch.manual_seed(0)
+    layer = DecoderLayer(SPEC, PositionalEncoding()).eval()
+    x, memory = torch.randn(1, 3, 16), torch.randn(1, 5, 16)
+    src_mask = torch.tensor([[Y, Y, Y, N, N]])
+    other = memory.clone()
+    other[:, 3:] = torch.randn(1, 2, 16)
+    torch.testing.assert_close(layer(x, memory, src_mask), layer(x, other, src_mask))
+
+
+def test_encoder_layer_shapes_and_padding() -> None:
+    torch.manual_seed(0)
+    layer = EncoderLayer(SPEC, PositionalEncoding()).eval()
+    x = torch.randn(2, 6, 16)
+    src_mask = torch.tensor([[Y] * 6, [Y, Y, Y, N, N, N]])
+    out = layer(x, src_mask)
+    assert out.shape == x.shape
+    y = x.clone()
+    y[1, 3:] = torch.randn(3, 16)
+    torch.testing.assert_close(layer(y, src_mask)[1, :3], out[1, :3])
+
+
+def test_feed_forward_is_position_wise() -> None:
+    torch.manual_seed(0)
+    layer = EncoderLayer(SPEC, PositionalEncoding()).eval()
+    x = torch.randn(1, 4, 16)
+    ffn_all = layer.ffn(x)
+    ffn_one = torch.cat([layer.ffn(x[:, i : i + 1]) for i in range(4)], dim=1)
+    torch.testing.assert_close(ffn_all, ffn_one)
+    torch.testing.assert_close(ffn_all, layer.ffn.down(F.relu(layer.ffn.up(x))))
