@@ -1,0 +1,28 @@
+"""`make bench`: run every benchmark script in its own process (so OpenMP runtimes and thread
+settings never mix), stopping at the first failure."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# script, arguments; each writes benchmarks/results/<name>.json and its docs/BENCHMARKS.md section
+BENCHMARKS: list[tuple[str, list[str]]] = [
+    ("model_speed.py", []),
+]
+
+
+def main() -> int:
+    for script, args in BENCHMARKS:
+        print(f"== {script} {' '.join(args)}", flush=True)
+        done = subprocess.run([sys.executable, str(HERE / script), *args], check=False)
+        if done.returncode != 0:
+            print(f"{script} failed with exit code {done.returncode}", file=sys.stderr)
+            return done.returncode
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
