@@ -11,7 +11,7 @@ SPLIT ?= test
 MULTI30K ?= data/multi30k
 SWEEP_ENCODINGS ?= sinusoidal,learned,relative,t5_bias,alibi,rope,none
 SWEEP_SEEDS ?= 1,2,3
-SWEEP_ARGS ?= experiment=numbers
+SWEEP_ARGS ?= experiment=pos_sweep
 LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)
 
 .PHONY: install train translate evaluate sweep data test test-full lint format bench clean

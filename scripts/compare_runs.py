@@ -22,64 +22,32 @@ encoding, seed, split and bucket), comparison.md (also printed) and bleu_by_leng
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import math
-import re
-import statistics
 import sys
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-import sacrebleu  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from sweep_report import (  # noqa: E402
+    BLEU,
+    CHRF,
+    Job,
+    Row,
+    bucket_key,
+    failed_lines,
+    leading_int,
+    plot_bleu_by_length,
+    render_markdown,
+    write_csv,
+)
 
 from seq2seq.build import read_split, resolve_path  # noqa: E402
 from seq2seq.config import DataConfig  # noqa: E402
 
 WORD_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 40))  # then "41+"
-NOISE_T = 2.0  # |Welch t| above this counts as a difference beyond seed noise
-DASH = "–"
-BLEU = sacrebleu.BLEU(effective_order=True)  # see the module docstring
-CHRF = sacrebleu.CHRF()
 Reader = Callable[[DataConfig, str], list[tuple[str, str]]]
-
-
-@dataclass
-class Job:
-    """One job folder of a sweep; `problem` says why it has no usable results."""
-
-    path: Path
-    sweep: Path  # the folder given on the command line
-    run: str  # "<sweep>/<job folder>", unique across merged sweeps
-    label: str = "?"
-    seed: int | None = None
-    data: DataConfig | None = None
-    results: dict | None = None
-    problem: str | None = None
-
-
-@dataclass
-class Row:
-    """One line of comparison.csv: the scores of one job on one bucket of one split."""
-
-    encoding: str
-    seed: int | None
-    run: str
-    split: str
-    bucket: str
-    n_sentences: int
-    bleu: float
-    chrf: float
-    params: int | None
-    train_minutes: float | None
-    train_tokens_per_s: float | None
-
-
-# ----------------------------------------------------------------------------- finding jobs
 
 
 def latest_sweep(base: Path) -> Path:
@@ -96,7 +64,7 @@ def find_job_dirs(sweep: Path) -> list[Path]:
     if is_job(sweep):
         return [sweep]
     jobs = [p for p in sweep.iterdir() if p.is_dir() and is_job(p)]
-    return sorted(jobs, key=lambda p: (_leading_int(p.name), p.name))
+    return sorted(jobs, key=lambda p: (leading_int(p.name), p.name))
 
 
 def encoding_label(cfg: DictConfig) -> str:
@@ -152,16 +120,6 @@ def length_bucket(src: str, by: str) -> str:
         if n <= hi:
             return f"{lo}-{hi}"
     return f"{WORD_BUCKETS[-1][1] + 1}+"
-
-
-def bucket_key(bucket: str) -> tuple[int, str]:
-    """Sort key: "all" first, then buckets by their leading number."""
-    return (-1, bucket) if bucket == "all" else (_leading_int(bucket), bucket)
-
-
-def _leading_int(text: str) -> int:
-    match = re.match(r"\d+", text)
-    return int(match.group()) if match else sys.maxsize
 
 
 def read_hyps(path: Path) -> list[str]:
@@ -247,295 +205,6 @@ def cached_reader() -> Reader:
         return cache[key]
 
     return read
-
-
-# ----------------------------------------------------------------------------- statistics
-
-
-def mean_std(values: list[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (n - 1); the std is None for a single value."""
-    mean = statistics.fmean(values)
-    return mean, (statistics.stdev(values) if len(values) > 1 else None)
-
-
-def fmt_mean_std(values: list[float], digits: int = 2) -> str:
-    """ "m ± s" over seeds, "m" for one seed, a dash for none."""
-    if not values:
-        return DASH
-    mean, std = mean_std(values)
-    return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-
-def welch_t(a: list[float], b: list[float]) -> float | None:
-    """Welch's t of mean(a) - mean(b); None when a side has fewer than two values."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    (ma, sa), (mb, sb) = mean_std(a), mean_std(b)
-    se = math.sqrt(sa**2 / len(a) + sb**2 / len(b))
-    if se == 0:
-        return 0.0 if ma == mb else math.copysign(math.inf, ma - mb)
-    return (ma - mb) / se
-
-
-def cell(rows: list[Row], label: str, split: str, bucket: str, metric: str = "bleu") -> list[float]:
-    """The values of `metric` over the seeds of one encoding, split and bucket."""
-    return [
-        getattr(r, metric)
-        for r in rows
-        if (r.encoding, r.split, r.bucket) == (label, split, bucket)
-    ]
-
-
-def ordered(values: Iterable[str]) -> list[str]:
-    """Distinct values in order of first appearance."""
-    return list(dict.fromkeys(values))
-
-
-def rank_encodings(rows: list[Row], splits: list[str]) -> list[str]:
-    """Encodings by mean BLEU on the first test split, best first."""
-    labels = ordered(r.encoding for r in rows)
-    mean = lambda lab: statistics.fmean(cell(rows, lab, splits[0], "all") or [-math.inf])  # noqa: E731
-    return sorted(labels, key=lambda lab: (-mean(lab), lab))
-
-
-def split_buckets(rows: list[Row], split: str) -> list[str]:
-    """The length buckets present in a split, shortest first ("all" excluded)."""
-    return sorted(
-        {r.bucket for r in rows if r.split == split and r.bucket != "all"}, key=bucket_key
-    )
-
-
-# ----------------------------------------------------------------------------- Markdown
-
-
-def md_table(header: list[str], body: list[list[str]], align: str = "l") -> list[str]:
-    """A Markdown table: the first column left-aligned, the others `align`-aligned."""
-    rule = [":--"] + [("--:" if align == "r" else ":--")] * (len(header) - 1)
-    return ["| " + " | ".join(line) + " |" for line in [header, rule, *body]]
-
-
-def _job_mean(rows: list[Row], label: str, field: str, fmt: str) -> str:
-    """Mean over an encoding's jobs of a per-job field (params, minutes, speed)."""
-    per_run = {r.run: getattr(r, field) for r in rows if r.encoding == label}
-    values = [v for v in per_run.values() if v is not None]
-    return format(statistics.fmean(values), fmt) if values else DASH
-
-
-def main_table(rows: list[Row], labels: list[str], splits: list[str]) -> list[str]:
-    """One row per encoding: BLEU and chrF (mean ± std over seeds), size, speed, seeds."""
-    header = [
-        "Encoding",
-        *(f"BLEU {s}" for s in splits),
-        *(f"chrF {s}" for s in splits),
-        "Params",
-        "Train min",
-        "Tokens/s",
-        "Seeds",
-    ]
-    body = []
-    for lab in labels:
-        bleu = [fmt_mean_std(cell(rows, lab, s, "all")) for s in splits]
-        chrf = [fmt_mean_std(cell(rows, lab, s, "all", "chrf")) for s in splits]
-        seeds = len({r.run for r in rows if r.encoding == lab})
-        body.append(
-            [
-                lab,
-                *bleu,
-                *chrf,
-                _job_mean(rows, lab, "params", ",.0f"),
-                _job_mean(rows, lab, "train_minutes", ".2f"),
-                _job_mean(rows, lab, "train_tokens_per_s", ",.0f"),
-                str(seeds),
-            ]
-        )
-    return md_table(header, body, align="r")
-
-
-def bucket_table(rows: list[Row], labels: list[str], split: str) -> list[str]:
-    """BLEU (mean ± std over seeds) of one split: rows encodings, columns length buckets."""
-    buckets = split_buckets(rows, split)
-    if not buckets:
-        return ["No per-length scores (hypotheses or references could not be read)."]
-    sizes: dict[str, set[int]] = {}
-    for r in rows:
-        if r.split == split:
-            sizes.setdefault(r.bucket, set()).add(r.n_sentences)
-    n = {b: "–".join(str(k) for k in sorted({min(sizes[b]), max(sizes[b])})) for b in buckets}
-    header = ["Encoding", *(f"{b} (n={n[b]})" for b in buckets)]
-    body = [[lab, *(fmt_mean_std(cell(rows, lab, split, b)) for b in buckets)] for lab in labels]
-    return md_table(header, body, align="r")
-
-
-def noise_verdict(best: list[float], other: list[float]) -> tuple[str, str]:
-    """(Welch t, verdict) of an encoding's BLEU against the best one's."""
-    t = welch_t(other, best)
-    if t is None:
-        return DASH, "n/a (one seed: noise unknown)"
-    return f"{t:.2f}", ("yes" if abs(t) > NOISE_T else "no (within seed noise)")
-
-
-def noise_section(rows: list[Row], labels: list[str], split: str) -> list[str]:
-    """Best encoding of a split and, for each other one, its BLEU gap and the noise verdict."""
-    by_mean = sorted(
-        labels, key=lambda lab: -statistics.fmean(cell(rows, lab, split, "all") or [-1])
-    )
-    best = cell(rows, by_mean[0], split, "all")
-    lines = [
-        f"**{split}**: best is **{by_mean[0]}** (BLEU {fmt_mean_std(best)}, "
-        f"{len(best)} seed{'s' * (len(best) != 1)}).",
-        "",
-    ]
-    if len(by_mean) == 1:
-        return [*lines, "Only one encoding: nothing to compare."]
-    body = []
-    for lab in by_mean[1:]:
-        values = cell(rows, lab, split, "all")
-        gap = statistics.fmean(values) - statistics.fmean(best) if values else math.nan
-        body.append([lab, fmt_mean_std(values), f"{gap:+.2f}", *noise_verdict(best, values)])
-    header = [
-        "Encoding",
-        "BLEU",
-        f"Δ vs {by_mean[0]}",
-        "Welch t",
-        "Beyond seed noise",
-    ]
-    return lines + md_table(header, body, align="r")
-
-
-def noise_intro(rows: list[Row]) -> list[str]:
-    """How the seed-noise verdict is made, or why it cannot be."""
-    runs = {r.run: r.encoding for r in rows}
-    seeds = [list(runs.values()).count(lab) for lab in set(runs.values())]
-    if max(seeds) < 2:
-        return [
-            "Only one seed per encoding: seed noise can't be estimated, so no difference "
-            "below can be called real or noise. Run more seeds (`trainer.seed=1,2,3`)."
-        ]
-    return [
-        f"A BLEU difference counts as beyond seed noise when Welch's t statistic "
-        f"t = Δ / sqrt(s₁²/n₁ + s₂²/n₂) has |t| > {NOISE_T:g}, where s is an encoding's "
-        "standard deviation of BLEU over its n seeds. This is a rule of thumb, not a "
-        "significance test: with 2-3 seeds the std itself is very uncertain."
-    ]
-
-
-def signature_lines(jobs: list[Job]) -> list[str]:
-    """The sacreBLEU signatures used here, and training-time ones when they differ."""
-    BLEU.corpus_score(["x"], [["x"]])  # a signature needs a scored corpus
-    CHRF.corpus_score(["x"], [["x"]])
-    now = {"bleu": str(BLEU.get_signature()), "chrf": str(CHRF.get_signature())}
-    lines = [
-        f"Scores re-computed from the `.hyp` files with sacreBLEU: BLEU `{now['bleu']}`, "
-        f"chrF `{now['chrf']}`. BLEU uses the effective n-gram order (`eff:yes`): it equals "
-        "standard corpus BLEU when the references hold 4-grams, and is not 0 by definition "
-        "for buckets of references shorter than 4 tokens."
-    ]
-    trained = {
-        t.get("bleu_signature")
-        for j in jobs
-        if j.results
-        for t in (j.results.get("test") or {}).values()
-    } - {None, now["bleu"]}
-    if trained:
-        used = ", ".join(f"`{s}`" for s in sorted(trained))
-        lines.append(f"results.json (training time) BLEU signature: {used}.")
-    return lines
-
-
-def failed_lines(jobs: list[Job]) -> list[str]:
-    """One line per failed or unfinished job, or a line saying there is none."""
-    failed = [j for j in jobs if j.problem is not None]
-    if not failed:
-        return [f"None: all {len(jobs)} jobs finished."]
-    return [f"- `{j.run}` ({j.label}, seed {j.seed}): {j.problem}" for j in failed]
-
-
-def render_markdown(title: str, rows: list[Row], jobs: list[Job], notes: list[str], by: str) -> str:
-    """The whole report: main table, per-length tables, seed noise, failures, signatures."""
-    splits = ordered(r.split for r in rows)
-    labels = rank_encodings(rows, splits)
-    n_done = sum(j.problem is None for j in jobs)
-    unit = "comma-separated items" if by == "items" else "words"
-    out = [
-        f"# {title}",
-        "",
-        f"Jobs: {n_done} finished, {len(jobs) - n_done} failed or "
-        f"unfinished. Sweeps: {', '.join(ordered(f'`{j.sweep}`' for j in jobs))}.",
-        "",
-        "## Test scores (mean ± std over seeds)",
-        "",
-        *main_table(rows, labels, splits),
-        "",
-        f"## BLEU by source length ({unit})",
-        "",
-    ]
-    for split in splits:
-        out += [f"### {split}", "", *bucket_table(rows, labels, split), ""]
-    out += ["## Seed noise", "", *noise_intro(rows), ""]
-    for split in splits:
-        out += [*noise_section(rows, labels, split), ""]
-    out += ["## Failed or unfinished jobs", "", *failed_lines(jobs), ""]
-    if notes:
-        out += ["## Notes", "", *(f"- {n}" for n in notes), ""]
-    out += ["## sacreBLEU", "", *signature_lines(jobs)]
-    return "\n".join(out) + "\n"
-
-
-# ----------------------------------------------------------------------------- CSV and plot
-
-
-def write_csv(rows: list[Row], path: Path) -> None:
-    """comparison.csv: one row per (encoding, seed, split, bucket), long format."""
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=[fl.name for fl in fields(Row)])
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in asdict(row).items()})
-
-
-def plot_bleu_by_length(rows: list[Row], path: Path, title: str, by: str) -> None:
-    """One subplot per test split: mean BLEU per length bucket, std over seeds as error bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    splits = ordered(r.split for r in rows)
-    labels = rank_encodings(rows, splits)
-    fig, axes = plt.subplots(
-        1, len(splits), figsize=(5.5 * len(splits), 4.2), squeeze=False, sharey=True
-    )
-    for ax, split in zip(axes[0], splits):
-        buckets = split_buckets(rows, split)
-        for i, lab in enumerate(labels):
-            stats = [
-                mean_std(v) if (v := cell(rows, lab, split, b)) else (math.nan, None)
-                for b in buckets
-            ]
-            shift = (i - (len(labels) - 1) / 2) * 0.04  # keep error bars apart
-            ax.errorbar(
-                [k + shift for k in range(len(buckets))],
-                [m for m, _ in stats],
-                yerr=[s or 0.0 for _, s in stats],
-                marker="o",
-                capsize=3,
-                label=lab,
-            )
-        ax.set_xticks(range(len(buckets)), buckets)
-        ax.set_title(split)
-        ax.set_xlabel(f"source length ({'items' if by == 'items' else 'words'})")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("BLEU (mean ± std over seeds)")
-    axes[0][-1].legend(
-        title="encoding", fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5)
-    )
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-# ----------------------------------------------------------------------------- CLI
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

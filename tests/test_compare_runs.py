@@ -29,6 +29,7 @@ _spec = importlib.util.spec_from_file_location("compare_runs", SCRIPT)
 cr = importlib.util.module_from_spec(_spec)
 sys.modules["compare_runs"] = cr  # dataclasses look their module up while being defined
 _spec.loader.exec_module(cr)
+import sweep_report as sr  # noqa: E402 - importable once compare_runs set the path
 
 EN = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven"]
 DE = ["eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn", "elf"]
@@ -156,17 +157,17 @@ def test_length_buckets() -> None:
 
 
 def test_mean_std_and_welch_t() -> None:
-    mean, std = cr.mean_std([1.0, 2.0, 3.0, 4.0])
+    mean, std = sr.mean_std([1.0, 2.0, 3.0, 4.0])
     assert mean == 2.5
     assert std == pytest.approx(1.290994, abs=1e-6)  # sample std (n - 1)
-    assert cr.mean_std([7.0]) == (7.0, None)
-    assert cr.fmt_mean_std([1.0, 2.0, 3.0, 4.0]) == "2.50 ± 1.29"
-    assert cr.fmt_mean_std([7.0]) == "7.00"
+    assert sr.mean_std([7.0]) == (7.0, None)
+    assert sr.fmt_mean_std([1.0, 2.0, 3.0, 4.0]) == "2.50 ± 1.29"
+    assert sr.fmt_mean_std([7.0]) == "7.00"
     # t = (2 - 5) / sqrt(1/3 + 1/3)
-    assert cr.welch_t([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(-3.674235, abs=1e-6)
-    assert cr.welch_t([1.0], [4.0, 5.0]) is None
-    assert cr.welch_t([3.0, 3.0], [3.0, 3.0]) == 0.0
-    assert cr.welch_t([1.0, 1.0], [3.0, 3.0]) == float("-inf")
+    assert sr.welch_t([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(-3.674235, abs=1e-6)
+    assert sr.welch_t([1.0], [4.0, 5.0]) is None
+    assert sr.welch_t([3.0, 3.0], [3.0, 3.0]) == 0.0
+    assert sr.welch_t([1.0, 1.0], [3.0, 3.0]) == float("-inf")
 
 
 def test_encoding_label() -> None:
