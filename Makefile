@@ -14,13 +14,17 @@ SWEEP_SEEDS ?= 1,2,3
 SWEEP_ARGS ?= experiment=pos_sweep
 LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)
 
-.PHONY: install train translate evaluate sweep data test test-full lint format bench clean
+.PHONY: install train resume translate evaluate sweep data test test-full lint format bench clean
 
 install:  ## virtualenv + CPU torch (no CUDA wheels without an NVIDIA driver) + seq2seq
 	bash scripts/install.sh
 
 train:  ## the default recipe on the embedded numbers data (no network)
 	$(PY) -m seq2seq.train experiment=numbers $(ARGS)
+
+resume:  ## make resume RUN=outputs/<name>/<run> [ARGS=...]: continue a stopped or killed run
+	@test -n "$(RUN)" || { echo "usage: make resume RUN=outputs/<name>/<run> [ARGS=\"trainer.max_steps=...\"]"; exit 1; }
+	$(PY) -m seq2seq.resume $(RUN) $(ARGS)
 
 translate:  ## make translate INPUT=src.txt OUTPUT=hyp.txt [CKPT=...]
 	@test -n "$(CKPT)" || { echo "no checkpoint: run 'make train' or pass CKPT=path/best.pt"; exit 1; }
@@ -52,7 +56,8 @@ format:
 	$(PY) -m ruff check --fix $(LINT_DIRS)
 	$(PY) -m ruff format $(LINT_DIRS)
 
-bench:  ## speed benchmarks; results in benchmarks/results/ and docs/BENCHMARKS.md
+bench:  ## speed benchmarks (installs the bench extra: transformers, ctranslate2); results in benchmarks/results/ and docs/BENCHMARKS.md
+	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/run_all.py
 
 clean:

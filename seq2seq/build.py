@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from seq2seq.checkpoint import CheckpointError, load_checkpoint
 from seq2seq.config import DataConfig, OptimConfig, PosEncodingConfig, TokenizerConfig, TrainConfig
 from seq2seq.data import drop_empty, drop_long, find_split_file, read_parallel
 from seq2seq.model import EncoderDecoder
@@ -79,29 +80,47 @@ def filter_train(
 
 
 def load_corpus(
-    data: DataConfig, tok: TokenizerConfig
+    data: DataConfig, tok: TokenizerConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = None
 ) -> tuple[Tokenizer, Tokenizer, dict[str, Split]]:
     """Read every split, train (or load cached) tokenizers on train, and encode.
 
     Training pairs are filtered (empty or longer than data.max_len tokens, counted in the log).
     Validation and test splits are kept whole, so scores stay comparable with other toolkits.
+    `tokenizers` (a resumed checkpoint's) are used instead of building them when given.
     """
     train_pairs = read_split(data, data.train)
     kept, _ = drop_empty(train_pairs)
-    src_tok, tgt_tok = build_tokenizers(
-        getattr(tok.kind, "value", tok.kind),
-        [train_pairs[i][0] for i in kept],
-        [train_pairs[i][1] for i in kept],
-        vocab_size=tok.vocab_size,
-        joint=tok.joint,
-        cache_dir=resolve_cache(tok.cache_dir),
-        min_freq=tok.min_freq,
-        character_coverage=tok.character_coverage,
-    )
+    if tokenizers is None:
+        tokenizers = train_tokenizers(tok, train_pairs, kept)
+    src_tok, tgt_tok = tokenizers
     splits = {data.train: filter_train(data.train, train_pairs, data.max_len, (src_tok, tgt_tok))}
     for name in dict.fromkeys([data.valid, *data.test]):
         splits[name] = encode_split(name, read_split(data, name), src_tok, tgt_tok)
     return src_tok, tgt_tok, splits
+
+
+def train_tokenizers(
+    tok: TokenizerConfig, pairs: list[tuple[str, str]], kept: list[int]
+) -> tuple[Tokenizer, Tokenizer]:
+    """Tokenizers trained on the kept training pairs, or loaded from the cache (JSON or a
+    SentencePiece model: a cache file is never unpickled)."""
+    cache = resolve_cache(tok.cache_dir)
+    try:
+        return build_tokenizers(
+            getattr(tok.kind, "value", tok.kind),
+            [pairs[i][0] for i in kept],
+            [pairs[i][1] for i in kept],
+            vocab_size=tok.vocab_size,
+            joint=tok.joint,
+            cache_dir=cache,
+            min_freq=tok.min_freq,
+            character_coverage=tok.character_coverage,
+        )
+    except (ValueError, RuntimeError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"cannot build the {getattr(tok.kind, 'value', tok.kind)} tokenizer ({err}). If a "
+            f"cached tokenizer under {cache} is corrupt, delete it: it is trained again"
+        ) from err
 
 
 def resolve_cache(path: str) -> Path:
@@ -149,6 +168,25 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def checkpoint_bytes(cfg: TrainConfig) -> int:
+    """About how large a training checkpoint of cfg's model is (weights and two Adam moments,
+    float32), with tokenizer.vocab_size as the vocabulary; built on the meta device (no memory)."""
+    with torch.device("meta"):
+        model = build_model(cfg, cfg.tokenizer.vocab_size, cfg.tokenizer.vocab_size)
+    return 3 * 4 * sum(p.numel() for p in model.parameters()) + 2**20
+
+
+def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
+    """model.load_state_dict, with a CheckpointError naming the file when the weights don't fit."""
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise CheckpointError(
+            f"{path}: its weights do not fit the model its config and vocabulary describe: "
+            f"{str(err)[:300]}"
+        ) from err
+
+
 def config_from_dict(values: dict) -> TrainConfig:
     """A TrainConfig from the plain dict stored in a checkpoint (validated like the CLI's)."""
     from omegaconf import OmegaConf
@@ -160,7 +198,6 @@ def load_for_inference(
     ckpt: str | Path, device: str
 ) -> tuple[EncoderDecoder, Tokenizer, Tokenizer, TrainConfig]:
     """Model (eval mode, on device), tokenizers and config of a checkpoint."""
-    from seq2seq.checkpoint import CheckpointError, load_checkpoint
     from seq2seq.tokenizer import tokenizer_from_state
 
     state = load_checkpoint(ckpt)
@@ -168,11 +205,5 @@ def load_for_inference(
     src_tok = tokenizer_from_state(state["tokenizers"]["src"])
     tgt_tok = tokenizer_from_state(state["tokenizers"]["tgt"])
     model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size)
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as err:
-        raise CheckpointError(
-            f"{ckpt}: its weights do not fit the model its config describes "
-            f"(vocab {src_tok.vocab_size}/{tgt_tok.vocab_size}): {str(err)[:300]}"
-        ) from err
+    load_model_state(model, state["model"], Path(ckpt))
     return model.to(resolve_device(device)).eval(), src_tok, tgt_tok, cfg

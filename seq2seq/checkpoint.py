@@ -24,23 +24,40 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
-    """Write `state` to `path` atomically: temporary file, fsync, rename, fsync of the folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write `state` to `path` atomically: temporary file, fsync, rename, fsync of the folder.
+
+    A failed write (disk full, read-only folder, ...) removes the temporary file, leaves any
+    earlier `path` untouched and raises a CheckpointError naming the file and the folder.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise _write_error(path, err) from err
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise _write_error(path, err) from err
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _write_error(path: Path, err: OSError) -> CheckpointError:
+    kept = f"the previous {path.name} is intact" if path.exists() else f"no {path.name} was written"
+    return CheckpointError(
+        f"{path}: cannot write the checkpoint ({err.strerror or err}); {kept}. Free space in "
+        f"{path.parent} or make it writable, then resume the run"
+    )
 
 
 def load_checkpoint(path: Path | str, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -52,13 +69,24 @@ def load_checkpoint(path: Path | str, map_location: str | torch.device = "cpu") 
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # noqa: BLE001 - torch raises many types for bad files
         raise CheckpointError(
-            f"{path}: cannot be loaded safely ({type(err).__name__}: {str(err)[:200]}). It is "
-            "truncated, corrupt, or holds pickled objects other than tensors and plain values; "
-            "use an earlier checkpoint of the run"
+            f"{path}: cannot be loaded safely ({type(err).__name__}: {_detail(err)}). It is "
+            "truncated, corrupt, or holds pickled objects other than tensors and plain values "
+            "(refused: unpickling them could run arbitrary code); use an earlier checkpoint of "
+            "the run"
         ) from err
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"{path}: not a seq2seq checkpoint (no 'model' entry)")
     return state
+
+
+def _detail(err: Exception) -> str:
+    """The useful part of torch's error: its unpickler's complaint, else the first line (never
+    torch's advice to retry with weights_only=False)."""
+    text = str(err)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        return text[text.index(marker) :].splitlines()[0][:200]
+    return text.splitlines()[0][:200] if text else "no detail"
 
 
 def step_checkpoints(folder: Path) -> list[Path]:
@@ -76,18 +104,48 @@ def rotate_checkpoints(folder: Path, keep_last: int) -> None:
 
 
 def average_state_dicts(paths: list[Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the models in `paths` (Vaswani et al. 2017 average the last ones)."""
+    """Element-wise mean of the models in `paths` (Vaswani et al. 2017 average the last ones).
+
+    Floating-point tensors are averaged in float64 and cast back; integer buffers are taken from
+    the first checkpoint. Checkpoints whose parameter names or shapes differ are refused. One
+    checkpoint is in memory at a time, besides the running sum.
+    """
+    return _average(paths)[0]
+
+
+def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
+    """A checkpoint whose model is the average of `paths`; config, tokenizers and counters come
+    from the last of them. Optimizer, scheduler and RNG states are left out (they belong to one
+    run position), so the result serves translation and evaluation, not resuming."""
+    model, last = _average(paths)
+    keep = ("config", "tokenizers", "train_state")
+    state = {key: last[key] for key in keep if key in last}
+    return {**state, "model": model, "averaged_from": [str(p) for p in paths]}
+
+
+def _average(paths: list[Path]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The mean model of `paths` and the last checkpoint (without its model)."""
     if not paths:
         raise CheckpointError("no checkpoints to average")
-    first = load_checkpoint(paths[0])["model"]
+    state = load_checkpoint(paths[0])
+    first, tokenizers = state.pop("model"), state.get("tokenizers")
     total = {k: v.double() for k, v in first.items() if v.is_floating_point()}
     for path in paths[1:]:
-        model = load_checkpoint(path)["model"]
+        state = load_checkpoint(path)
+        model = state.pop("model")
         if model.keys() != first.keys():
             raise CheckpointError(f"{path}: its parameters differ from those of {paths[0]}")
+        if state.get("tokenizers") != tokenizers:
+            raise CheckpointError(f"{path}: its vocabulary differs from that of {paths[0]}")
         for name in total:
+            if model[name].shape != first[name].shape:
+                raise CheckpointError(
+                    f"{path}: {name} has shape {tuple(model[name].shape)}, but "
+                    f"{tuple(first[name].shape)} in {paths[0]}"
+                )
             total[name] += model[name].double()
-    return {
+    mean = {
         name: (total[name] / len(paths)).to(value.dtype) if name in total else value
         for name, value in first.items()
     }
+    return mean, state

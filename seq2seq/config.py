@@ -125,6 +125,13 @@ class TrainerConfig:
     keep_last: int = 3  # periodic checkpoints kept, besides best.pt
     precision: Precision = Precision.fp32  # fp32 | bf16 | fp16
     progress: bool = True  # show a progress bar
+    # auto: resume from <run dir>/checkpoints when it holds one (last.pt, else the newest
+    # loadable step_N.pt); never: always start afresh (refused if the run dir has checkpoints);
+    # or the path of a checkpoint to resume from. See docs/RELIABILITY.md.
+    resume: str = "auto"
+    max_bad_steps: int = 5  # stop after this many consecutive non-finite losses/gradients
+    patience: int = 0  # stop after this many validations without a BLEU gain (0 = off)
+    average_last: int = 0  # average the last N step checkpoints at the end and test it too
 
 
 @dataclass
@@ -175,6 +182,10 @@ class EvaluateConfig:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
 
+class ConfigError(ValueError):
+    """A config value out of its valid range; the message names the key and the range."""
+
+
 def check_decode(cfg: DecodeConfig, prefix: str = "decode") -> None:
     """Range checks the schema's types cannot express; errors name the key and the fix."""
     _require(cfg.beam_size >= 1, f"{prefix}.beam_size", cfg.beam_size, "at least 1")
@@ -203,15 +214,35 @@ def check_config(cfg: TrainConfig) -> None:
                        ("trainer.label_smoothing", t.label_smoothing)]:  # fmt: skip
         _require(0.0 <= value < 1.0, key, value, "in [0, 1)")
     _require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "above 0")
+    _require(cfg.optim.warmup_steps >= 0, "optim.warmup_steps", cfg.optim.warmup_steps, "0 or more")
+    _require(cfg.optim.clip_norm >= 0, "optim.clip_norm", cfg.optim.clip_norm, "0 or more")
     _require(len(cfg.optim.betas) == 2, "optim.betas", cfg.optim.betas, "two numbers")
     _require(not m.share_embeddings or cfg.tokenizer.joint, "model.share_embeddings", True,
              "false when tokenizer.joint is false (two vocabularies)")  # fmt: skip
+    check_trainer(t)
     check_decode(cfg.decode)
+
+
+def check_trainer(t: TrainerConfig) -> None:
+    """Range checks of the trainer settings (counts, limits, resume mode)."""
+    for key, value in [("trainer.max_steps", t.max_steps), ("trainer.max_epochs", t.max_epochs),
+                       ("trainer.max_bad_steps", t.max_bad_steps)]:  # fmt: skip
+        _require(value >= 1, key, value, "at least 1")
+    for key, value in [("trainer.max_minutes", t.max_minutes), ("trainer.threads", t.threads),
+                       ("trainer.keep_last", t.keep_last), ("trainer.patience", t.patience),
+                       ("trainer.average_last", t.average_last),
+                       ("trainer.valid_bleu_sentences", t.valid_bleu_sentences)]:  # fmt: skip
+        _require(value >= 0, key, value, "0 or more")
+    _require(t.keep_last >= t.average_last, "trainer.keep_last", t.keep_last,
+             f"at least trainer.average_last ({t.average_last}) so that the checkpoints to "
+             "average are kept")  # fmt: skip
+    _require(t.resume.strip() != "", "trainer.resume", t.resume,
+             "auto, never or the path of a checkpoint")  # fmt: skip
 
 
 def _require(ok: bool, key: str, value: object, expected: str) -> None:
     if not ok:
-        raise ValueError(f"config: {key}={value!r} is invalid; it must be {expected}")
+        raise ConfigError(f"config: {key}={value!r} is invalid; it must be {expected}")
 
 
 def register_configs() -> None:

@@ -144,18 +144,19 @@ def decode_text(path: Path | str, data: bytes) -> str:
         ) from None
 
 
-def read_lines(path: Path) -> list[str]:
+def read_lines(path: Path, allow_empty: bool = False) -> list[str]:
     """Read a plain or gzip-compressed UTF-8 text file into a list of lines.
 
     Only the line terminator (``\\n`` or ``\\r\\n``) is removed; other whitespace is kept.
     A UTF-8 byte-order mark at the start of the file is dropped.
 
     Raises:
-        DataError: missing file, corrupt gzip, invalid UTF-8 or an empty file.
+        DataError: missing file, corrupt gzip, invalid UTF-8 or (unless ``allow_empty``, which
+            gives ``[]``) an empty file.
     """
     path = Path(path)
     text = decode_text(path, _read_bytes(path))
-    if not text:
+    if not text and not allow_empty:
         raise DataError(f"{path}: file is empty (0 lines). fix: check the file was written")
     return split_lines(text)
 

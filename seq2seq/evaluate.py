@@ -61,7 +61,8 @@ def translate_split(
     if data_root is not None:
         cfg.data.root = data_root
     pairs = read_split(cfg.data, split)
-    hyps = translate_ids(model, src_tok.encode_batch([p[0] for p in pairs]), decode)
+    ids = src_tok.encode_batch([p[0] for p in pairs])
+    hyps = translate_ids(model, ids, decode, cfg.data.max_len)
     return [tgt_tok.decode(h[0].tokens) for h in hyps], [p[1] for p in pairs]
 
 

@@ -24,22 +24,28 @@ log = logging.getLogger(__name__)
 
 
 def read_input(path: str) -> list[str]:
-    """Lines of `path`, or of stdin for "-" (UTF-8; bad bytes raise a DataError naming the line)."""
+    """Lines of `path`, or of stdin for "-" (UTF-8; bad bytes raise a DataError naming the line).
+    An empty input is no error: it gives no lines."""
     if path != "-":
-        return read_lines(Path(path))
+        return read_lines(Path(path), allow_empty=True)
     return split_lines(decode_text("<stdin>", sys.stdin.buffer.read()))
 
 
 def translate_lines(cfg: TranslateConfig, lines: list[str]) -> list[str]:
-    """Translations of `lines` (nbest per line, best first); blank lines stay blank."""
+    """Translations of `lines` (nbest per line, best first); blank lines stay blank. Characters
+    or words unseen in training become <unk>; lines over the training max_len (in tokens) are
+    truncated to it, with a warning naming them."""
     check_decode(cfg.decode)
     model, src_tok, tgt_tok, train_cfg = load_for_inference(cfg.ckpt, cfg.device)
     ids = src_tok.encode_batch(lines)
-    long = sum(len(x) > train_cfg.data.max_len for x in ids)
+    max_len = train_cfg.data.max_len
+    long = [i + 1 for i, x in enumerate(ids) if len(x) > max_len]
     if long:
+        shown = ", ".join(map(str, long[:5])) + (", ..." if len(long) > 5 else "")
         log.warning(
-            "%d input lines exceed %d tokens and are truncated", long, train_cfg.data.max_len
-        )
+            "%d input lines exceed %d tokens (data.max_len of the model) and are truncated to "
+            "it: lines %s", len(long), max_len, shown,
+        )  # fmt: skip
     hyps = translate_ids(model, ids, cfg.decode, train_cfg.data.max_len)
     out = []
     for line, nbest in zip(lines, hyps, strict=True):
@@ -49,8 +55,11 @@ def translate_lines(cfg: TranslateConfig, lines: list[str]) -> list[str]:
 
 
 def run(cfg: TranslateConfig) -> None:
+    """Translate cfg.input into cfg.output, one line (nbest lines) per input line."""
     lines = read_input(cfg.input)
-    out = translate_lines(cfg, lines) if lines else []
+    if not lines:  # the checkpoint is still loaded, so that a bad one is reported all the same
+        log.info("the input %s is empty: the output is empty too", cfg.input)
+    out = translate_lines(cfg, lines)
     text = "".join(t + "\n" for t in out)
     if cfg.output == "-":
         sys.stdout.write(text)

@@ -3,6 +3,7 @@ averaging."""
 
 from __future__ import annotations
 
+import errno
 import pickle
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import torch
 
 from seq2seq.checkpoint import (
     CheckpointError,
+    average_checkpoints,
     average_state_dicts,
     load_checkpoint,
     rotate_checkpoints,
@@ -84,6 +86,28 @@ def test_crash_while_writing_a_new_file_leaves_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_failed_write_names_the_file_and_keeps_the_old_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "last.pt"
+    save_checkpoint(sample_state(1.0), path)
+
+    def full_disk(obj: object, f: Any, *args: object, **kwargs: object) -> None:
+        f.write(b"PK\x03\x04 part of a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(CheckpointError) as err:
+        save_checkpoint(sample_state(9.0), path)
+    assert str(err.value).startswith(f"{path}: cannot write the checkpoint (No space left")
+    assert "the previous last.pt is intact" in str(err.value) and str(tmp_path) in str(err.value)
+    with pytest.raises(CheckpointError, match="no best.pt was written"):
+        save_checkpoint(sample_state(9.0), tmp_path / "best.pt")
+    monkeypatch.undo()
+    assert load_checkpoint(path)["model"]["w"][0, 0].item() == 1.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # no temporary files
+
+
 def test_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "nope.pt"
     with pytest.raises(CheckpointError, match="nope.pt"):
@@ -135,8 +159,9 @@ def test_malicious_pickle_is_refused(tmp_path: Path, writer: str) -> None:
         torch.save(state, path)
     else:
         path.write_bytes(pickle.dumps(state, protocol=2))
-    with pytest.raises(CheckpointError, match=r"evil\.pt"):
+    with pytest.raises(CheckpointError, match=r"evil\.pt") as err:
         load_checkpoint(path)
+    assert "weights_only=False" not in str(err.value)  # torch's unsafe advice is not passed on
     assert not marker.exists()
     # the payload is live: an unsafe load does run it (so the refusal above is what saved us)
     if writer == "torch.save":
@@ -210,3 +235,29 @@ def test_average_refuses_mismatched_keys(tmp_path: Path) -> None:
 def test_average_of_nothing() -> None:
     with pytest.raises(CheckpointError):
         average_state_dicts([])
+
+
+def test_average_refuses_mismatched_shapes_and_vocabularies(tmp_path: Path) -> None:
+    a, b, c = tmp_path / "a.pt", tmp_path / "b.pt", tmp_path / "c.pt"
+    save_checkpoint({"model": {"w": torch.zeros(2)}, "tokenizers": {"src": 1}}, a)
+    save_checkpoint({"model": {"w": torch.zeros(3)}, "tokenizers": {"src": 1}}, b)
+    save_checkpoint({"model": {"w": torch.zeros(2)}, "tokenizers": {"src": 2}}, c)
+    with pytest.raises(CheckpointError, match=r"b\.pt: w has shape \(3,\), but \(2,\)"):
+        average_state_dicts([a, b])
+    with pytest.raises(CheckpointError, match=r"c\.pt: its vocabulary differs"):
+        average_checkpoints([a, c])
+
+
+def test_average_checkpoints_is_a_checkpoint_for_inference(tmp_path: Path) -> None:
+    paths = []
+    for i, value in enumerate([1.0, 2.0, 6.0]):
+        state = {**sample_state(value), "optimizer": {"state": {}}, "rng": {}}
+        state["train_state"] = {"step": i}
+        paths.append(tmp_path / f"step_{i}.pt")
+        save_checkpoint(state, paths[-1])
+    avg = average_checkpoints(paths)
+    assert avg["model"]["w"][0, 0].item() == 3.0 and avg["model"]["n"].item() == 7
+    assert avg["train_state"] == {"step": 2}  # the last one's
+    assert avg["config"] == sample_state()["config"] and "tokenizers" in avg
+    assert "optimizer" not in avg and "rng" not in avg
+    assert avg["averaged_from"] == [str(p) for p in paths]

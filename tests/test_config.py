@@ -117,6 +117,8 @@ def test_default_train_config() -> None:
     check_config(cfg)
     assert cfg.encoder_pos is None and cfg.decoder_pos is None
     assert cfg.pos_encoding.kind == PosKind.sinusoidal
+    t = cfg.trainer  # reliability settings: resume when possible, early stopping off
+    assert (t.resume, t.max_bad_steps, t.patience, t.average_last) == ("auto", 5, 0, 0)
 
 
 @pytest.mark.parametrize("side", ["encoder", "decoder"])
@@ -150,6 +152,8 @@ def test_both_sides_overridden() -> None:
         ("pos_encoding.kind=foo", "pos_encoding.kind", "sinusoidal"),
         ("trainer.precision=fp8", "trainer.precision", "fp32"),
         ("decode.beam_size=five", "decode.beam_size", "five"),
+        ("trainer.resum=never", "trainer.resum", "resum"),
+        ("trainer.patience=soon", "trainer.patience", "soon"),
     ],
 )
 def test_bad_keys_and_values_fail_at_compose_time(override: str, key: str, detail: str) -> None:
@@ -174,6 +178,15 @@ def test_bad_keys_and_values_fail_at_compose_time(override: str, key: str, detai
         (["optim.lr=0"], "optim.lr"),
         (["optim.betas=[0.9]"], "optim.betas"),
         (["tokenizer.joint=false"], "model.share_embeddings"),
+        (["data.max_len=-5"], "data.max_len"),
+        (["trainer.max_tokens=-1"], "trainer.max_tokens"),
+        (["trainer.max_steps=0"], "trainer.max_steps"),
+        (["trainer.max_bad_steps=0"], "trainer.max_bad_steps"),
+        (["trainer.patience=-1"], "trainer.patience"),
+        (["trainer.keep_last=-1"], "trainer.keep_last"),
+        (["trainer.average_last=4"], "trainer.keep_last"),  # keep_last=3 cannot keep them
+        (["trainer.resume=''"], "trainer.resume"),
+        (["optim.warmup_steps=-1"], "optim.warmup_steps"),
     ],
 )
 def test_check_config_rejects(overrides: list[str], key: str) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import gzip
 import random
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from seq2seq.data import (
     BOS_ID,
@@ -309,3 +312,82 @@ def test_sentence_batches_cover_every_index() -> None:
     assert sorted(flat) == list(range(7))
     assert [lengths[i] for i in flat] == sorted(lengths, reverse=True)
     assert sentence_batches([], 4) == []
+
+
+# --------------------------------------------------------------------------- properties
+
+# Lines hold any character but "\n", with the awkward ones drawn often: "\r" (kept inside a line,
+# only the "\r" of "\r\n" is a terminator), Unicode line and paragraph separators, NEL, form
+# feed, a BOM that is not at the start of the file. A line ends with no "\r" (that one would be
+# read as part of "\r\n").
+AWKWARD = ["\r", "\u2028", "\u2029", "\x85", "\x0c", "\x1c", "\ufeff", " ", "\t", "é", "ß", "😀"]
+LINE = st.text(
+    st.one_of(
+        st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)),
+        st.sampled_from(AWKWARD),
+    ),  # fmt: skip
+    max_size=25,
+).filter(lambda s: not s.endswith("\r"))
+
+
+def write_lines(
+    path: Path, lines: list[str], crlf: bool, bom: bool, final: bool, packed: bool
+) -> None:
+    text = ("\r\n" if crlf else "\n").join(lines) + (("\r\n" if crlf else "\n") if final else "")
+    data = (("\ufeff" if bom else "") + text).encode("utf-8")
+    path.write_bytes(gzip.compress(data) if packed else data)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lines=st.lists(LINE, min_size=1, max_size=12),
+    crlf=st.booleans(),
+    bom=st.booleans(),
+    final=st.booleans(),
+    packed=st.booleans(),
+)
+def test_read_lines_round_trip_property(
+    lines: list[str], crlf: bool, bom: bool, final: bool, packed: bool
+) -> None:
+    assume(final or lines[-1] != "")  # without a final newline a last empty line is no line
+    assume(bom or not lines[0].startswith("\ufeff"))  # a leading BOM is dropped, as it should
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / ("x.en.gz" if packed else "x.en")
+        write_lines(path, lines, crlf, bom, final, packed)
+        assert read_lines(path) == lines
+
+
+@settings(max_examples=80, deadline=None)
+@given(src=st.lists(LINE, min_size=1, max_size=8), tgt=st.lists(LINE, min_size=1, max_size=8))
+def test_read_parallel_property(src: list[str], tgt: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        src_path, tgt_path = Path(folder) / "a.en", Path(folder) / "a.de.gz"
+        write_lines(src_path, src, crlf=False, bom=False, final=True, packed=False)
+        write_lines(tgt_path, tgt, crlf=True, bom=True, final=True, packed=True)
+        if len(src) == len(tgt):
+            assert read_parallel(src_path, tgt_path) == list(zip(src, tgt))
+        else:
+            with pytest.raises(DataError, match="line counts differ"):
+                read_parallel(src_path, tgt_path)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lengths=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 300)), max_size=150),
+    max_tokens=st.integers(1, 2000),
+    shuffle=st.booleans(),
+    seed=st.integers(0, 10**6),
+    epoch=st.integers(0, 100),
+)
+def test_token_batches_property(
+    lengths: list[tuple[int, int]], max_tokens: int, shuffle: bool, seed: int, epoch: int
+) -> None:
+    src, tgt = [s for s, _ in lengths], [t for _, t in lengths]
+    batches = token_batches(src, tgt, max_tokens, shuffle=shuffle, seed=seed, epoch=epoch)
+    flat = [i for batch in batches for i in batch]
+    assert sorted(flat) == list(range(len(lengths)))  # every index exactly once
+    for batch in batches:
+        assert batch
+        width = max(max(src[i], tgt[i]) for i in batch) + 1
+        assert len(batch) == 1 or len(batch) * width <= max_tokens
+    assert token_batches(src, tgt, max_tokens, shuffle=shuffle, seed=seed, epoch=epoch) == batches

@@ -1,0 +1,100 @@
+"""Measuring a model while it trains: the label-smoothed loss, validation (loss, perplexity and
+greedy BLEU), and the window of training statistics behind each TensorBoard log line."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.tensorboard import SummaryWriter
+
+from seq2seq.build import Split
+from seq2seq.config import SearchKind, TrainConfig
+from seq2seq.data import collate, token_batches
+from seq2seq.evaluate import score
+from seq2seq.model import EncoderDecoder
+from seq2seq.search import translate_ids
+from seq2seq.tokenizer import PAD_ID, Tokenizer
+
+
+def label_smoothed_nll(logits: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed loss and summed NLL over non-pad targets (Szegedy et al. 2016).
+
+    loss = (1 - eps) * nll + eps * mean over the vocabulary of -log p; logits (N, V), target (N,).
+    """
+    lprobs = logits.float().log_softmax(-1)  # (N, V)
+    keep = target.ne(PAD_ID)  # (N,)
+    nll = -lprobs.gather(-1, target[:, None]).squeeze(-1)  # (N,)
+    smooth = -lprobs.mean(-1)  # (N,)
+    loss = (1.0 - eps) * nll + eps * smooth
+    return loss[keep].sum(), nll[keep].sum()
+
+
+@torch.no_grad()
+def validate(
+    model: EncoderDecoder,
+    data: Split,
+    tgt_tok: Tokenizer,
+    cfg: TrainConfig,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+) -> dict[str, float]:
+    """Teacher-forced loss and perplexity, and BLEU of greedy translations, on `data`."""
+    device = next(model.parameters()).device
+    model.eval()
+    nll_sum, tokens = 0.0, 0
+    lens = [max(len(a), len(b)) + 1 for a, b in zip(data.src_ids, data.tgt_ids)]
+    for index in token_batches(lens, lens, cfg.trainer.max_tokens, shuffle=False):
+        batch = collate(index, data.src_ids, data.tgt_ids).to(device)
+        with autocast():
+            logits = model(batch.src, batch.tgt_in)
+        nll = label_smoothed_nll(logits.flatten(0, 1), batch.tgt_out.flatten(), 0.0)[1]
+        nll_sum, tokens = nll_sum + nll.item(), tokens + batch.tgt_tokens
+    limit = cfg.trainer.valid_bleu_sentences or len(data)
+    greedy = replace(cfg.decode, method=SearchKind.greedy)
+    hyps = translate_ids(model, data.src_ids[:limit], greedy, cfg.data.max_len)
+    texts = [tgt_tok.decode(h[0].tokens) for h in hyps]
+    model.train()
+    bleu = score(texts, data.tgt_text[:limit])["bleu"]
+    return {
+        "loss": nll_sum / tokens,
+        "ppl": math.exp(min(nll_sum / tokens, 50)),
+        "bleu": float(bleu),  # type: ignore[arg-type]
+    }
+
+
+class Window:
+    """Training statistics since the last log line."""
+
+    def __init__(self) -> None:
+        self.loss = self.nll = 0.0
+        self.tokens, self.steps, self.start = 0, 0, time.monotonic()
+
+    def add(self, stats: dict[str, float]) -> None:
+        self.loss += stats["loss"] * stats["tokens"]
+        self.nll += stats["nll"] * stats["tokens"]
+        self.tokens += int(stats["tokens"])
+        self.steps += 1
+
+    def log(self, writer: SummaryWriter, step: int, lr: float) -> dict[str, str]:
+        """Write the window's scalars to TensorBoard, start a new window; returns the progress
+        bar's postfix."""
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        scalars = {
+            "loss": self.loss / self.tokens,
+            "ppl": math.exp(min(self.nll / self.tokens, 50)),
+            "lr": lr,
+            "tokens_per_s": self.tokens / elapsed,
+        }
+        for name, value in scalars.items():
+            writer.add_scalar(f"train/{name}", value, step)
+        self.__init__()  # type: ignore[misc]
+        return {
+            "loss": f"{scalars['loss']:.3f}",
+            "tok/s": f"{scalars['tokens_per_s']:.0f}",
+        }

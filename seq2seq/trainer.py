@@ -1,0 +1,383 @@
+"""The training loop: `Trainer` holds one run's data, model, optimizer, logs and checkpoints.
+
+fit():  until a stop condition (max_steps, max_epochs, early stopping, max_minutes, a signal),
+for each group of batches:
+    train_step (teacher forcing, label-smoothed loss, clip, AdamW, inverse-sqrt lr; a step with
+    a non-finite loss or gradient is skipped and counted)
+    every valid_every steps: validate (loss, ppl, greedy BLEU), early stopping, save last/best
+test(): score a checkpoint on the test splits. restore(): continue exactly from a checkpoint.
+docs/RELIABILITY.md lists how every fault is handled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+from torch import Tensor
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from seq2seq.build import (
+    build_model,
+    build_optimizer,
+    load_corpus,
+    load_model_state,
+    resolve_device,
+)
+from seq2seq.checkpoint import (
+    average_checkpoints,
+    load_checkpoint,
+    rotate_checkpoints,
+    save_checkpoint,
+    step_checkpoints,
+)
+from seq2seq.config import Precision, TrainConfig
+from seq2seq.data import Batch, collate, token_batches
+from seq2seq.evaluate import format_scores, score
+from seq2seq.interrupt import StopSignals, TrainingInterrupted
+from seq2seq.metrics import Window, label_smoothed_nll, validate
+from seq2seq.resume import ResumeError, data_fingerprint, restore_rng, rng_state
+from seq2seq.rundir import LOG_NAME, StepLog
+from seq2seq.search import translate_ids
+from seq2seq.tokenizer import tokenizer_from_state
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+    """Too many consecutive steps had a NaN or infinite loss or gradient norm."""
+
+
+@dataclass
+class TrainState:
+    """Counters that a checkpoint stores so that a run can resume where it stopped."""
+
+    step: int = 0  # optimizer steps taken
+    epoch: int = 0  # current epoch (its batch order is a function of seed and epoch)
+    batch: int = 0  # batches of the current epoch already consumed
+    best_bleu: float = -1.0  # best validation BLEU so far
+    tokens: int = 0  # target tokens trained on
+    best_step: int = 0  # step of the best validation BLEU
+    valid_step: int = -1  # step of the last validation
+    stale_validations: int = 0  # validations since the best BLEU (early stopping)
+    bad_streak: int = 0  # consecutive steps skipped for a non-finite loss or gradient
+    skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient, in all
+    log_records: int = 0  # records in train_log.jsonl when the checkpoint was written
+
+
+Resume = tuple[Path, dict[str, Any]]
+
+
+class Trainer:
+    """One training run: data, model, optimizer, logging and checkpoints."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, resume: Resume | None = None) -> None:
+        self.cfg, self.run_dir = cfg, run_dir
+        t = cfg.trainer
+        if t.threads > 0:
+            torch.set_num_threads(t.threads)
+        random.seed(t.seed)
+        torch.manual_seed(t.seed)
+        self.device = resolve_device(t.device)
+        saved_toks = None
+        if resume is not None:
+            saved = resume[1]["tokenizers"]
+            saved_toks = (tokenizer_from_state(saved["src"]), tokenizer_from_state(saved["tgt"]))
+        self.src_tok, self.tgt_tok, self.splits = load_corpus(cfg.data, cfg.tokenizer, saved_toks)
+        self.train_data = self.splits[cfg.data.train]
+        valid = self.splits[cfg.data.valid]
+        self.fingerprint = data_fingerprint(
+            self.train_data.src_text, self.train_data.tgt_text, valid.src_text, valid.tgt_text
+        )
+        self.model = build_model(cfg, self.src_tok.vocab_size, self.tgt_tok.vocab_size)
+        self.model.to(self.device)
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, self.device)
+        self.scaler = torch.amp.GradScaler(enabled=t.precision == Precision.fp16)
+        self.state = TrainState()
+        self.ckpt_dir = run_dir / "checkpoints"
+        self.saved: tuple[Path, int] | None = None  # the newest checkpoint written, and its step
+        self._batches: tuple[int, list[list[int]]] = (-1, [])
+        if resume is not None:
+            self.restore(*resume)  # last: it sets the random generators
+        self.steplog = StepLog(run_dir / LOG_NAME, self.state.log_records)
+        # hide TensorBoard events a killed process wrote after the checkpoint
+        self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=self.state.step + 1)
+        log.info(
+            "model: %d parameters; vocab %d/%d; train %d pairs; device %s",
+            self.model.num_params(), self.src_tok.vocab_size, self.tgt_tok.vocab_size,
+            len(self.train_data), self.device,
+        )  # fmt: skip
+
+    def restore(self, path: Path, ckpt: dict[str, Any]) -> None:
+        """Continue from checkpoint `ckpt`: weights, optimizer, schedule, counters, RNG states."""
+        if ckpt.get("data_fingerprint", self.fingerprint) != self.fingerprint:
+            raise ResumeError(
+                f"cannot resume from {path}: the training or validation data under "
+                f"{self.cfg.data.root} changed since it was written. Restore the data, or start "
+                "a new run in another hydra.run.dir"
+            )
+        load_model_state(self.model, ckpt["model"], path)
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scheduler.load_state_dict(ckpt["scheduler"])
+        self.scaler.load_state_dict(ckpt["scaler"])
+        known = {f.name for f in fields(TrainState)}
+        self.state = TrainState(**{k: v for k, v in ckpt["train_state"].items() if k in known})
+        self.saved = (path, self.state.step)
+        restore_rng(ckpt["rng"])
+        s = self.state
+        log.info("resumed from %s: step %d, epoch %d, batch %d", path, s.step, s.epoch, s.batch)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """bf16/fp16 autocast as configured (fp32: no-op)."""
+        precision = self.cfg.trainer.precision
+        if precision == Precision.fp32:
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if precision == Precision.bf16 else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """The batches of `epoch`, a pure function of the data, token budget, seed and epoch."""
+        if self._batches[0] != epoch:
+            data, t = self.train_data, self.cfg.trainer
+            src_lens = [len(s) + 1 for s in data.src_ids]
+            tgt_lens = [len(s) + 1 for s in data.tgt_ids]
+            batches = token_batches(
+                src_lens, tgt_lens, t.max_tokens, shuffle=True, seed=t.seed, epoch=epoch
+            )
+            self._batches = (epoch, batches)
+        return self._batches[1]
+
+    def batch_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
+        """Summed label-smoothed loss and NLL of one batch (teacher forcing)."""
+        with self.autocast():
+            logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
+        return label_smoothed_nll(
+            logits.flatten(0, 1), batch.tgt_out.flatten(), self.cfg.trainer.label_smoothing
+        )
+
+    def train_step(self, group: list[Batch]) -> dict[str, float] | None:
+        """One optimizer step over `group` (gradient accumulation); returns loss statistics,
+        or None when the loss or gradient norm was not finite and the step was skipped."""
+        total_tokens = sum(b.tgt_tokens for b in group)
+        loss_sum = nll_sum = 0.0
+        for batch in group:
+            loss, nll = self.batch_loss(batch)
+            self.scaler.scale(loss / total_tokens).backward()
+            loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+        self.scaler.unscale_(self.optimizer)
+        clip = self.cfg.optim.clip_norm
+        grad_norm = float(
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
+        )
+        stats = {"loss": loss_sum / total_tokens, "nll": nll_sum / total_tokens,
+                 "lr": self.optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
+                 "tokens": total_tokens}  # fmt: skip
+        # with fp16 the grad scaler itself skips steps with overflowing gradients
+        finite_grad = math.isfinite(grad_norm) or self.scaler.is_enabled()
+        if not (math.isfinite(loss_sum) and finite_grad):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.update()
+            self.skip_step(stats)
+            return None
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        s = self.state
+        s.step, s.tokens, s.bad_streak = s.step + 1, s.tokens + total_tokens, 0
+        self.steplog.write({"type": "train", "step": s.step, "epoch": s.epoch, **stats})
+        return stats
+
+    def skip_step(self, stats: dict[str, float]) -> None:
+        """Count a step skipped for a non-finite loss or gradient; stop after max_bad_steps."""
+        s, limit = self.state, self.cfg.trainer.max_bad_steps
+        s.bad_streak, s.skipped_steps = s.bad_streak + 1, s.skipped_steps + 1
+        log.warning(
+            "step %d: non-finite loss (%s) or gradient norm (%s); optimizer step skipped "
+            "(%d in a row, %d in all)",
+            s.step + 1, stats["loss"], stats["grad_norm"], s.bad_streak, s.skipped_steps,
+        )  # fmt: skip
+        self.writer.add_scalar("train/skipped_steps", s.skipped_steps, s.step)
+        self.steplog.write({"type": "skip", "step": s.step, "epoch": s.epoch, "batch": s.batch,
+                            "loss": stats["loss"], "grad_norm": stats["grad_norm"],
+                            "streak": s.bad_streak})  # fmt: skip
+        if s.bad_streak >= limit:
+            intact = (
+                f"the last checkpoint {self.saved[0]} (step {self.saved[1]}) is intact"
+                if self.saved
+                else "no checkpoint had been written yet"
+            )
+            raise NonFiniteLossError(
+                f"training stopped after step {s.step}: {s.bad_streak} consecutive steps had a "
+                f"non-finite loss or gradient norm (trainer.max_bad_steps={limit}); {intact}. "
+                "Try a lower optim.lr, a longer optim.warmup_steps, trainer.precision=fp32, or "
+                "check the training data"
+            )
+
+    def stop_reason(self, stop: StopSignals, started: float) -> str | None:
+        """Why training should stop now, or None to go on."""
+        t, s = self.cfg.trainer, self.state
+        if stop.signum is not None:
+            return f"{stop.name} received"
+        if s.step >= t.max_steps:
+            return f"max_steps={t.max_steps} reached"
+        if s.epoch >= t.max_epochs:
+            return f"max_epochs={t.max_epochs} reached"
+        if t.patience and s.stale_validations >= t.patience:
+            return (f"early stopping: no BLEU gain in {s.stale_validations} validations "
+                    f"(trainer.patience={t.patience}; best {s.best_bleu:.2f} at step "
+                    f"{s.best_step})")  # fmt: skip
+        if t.max_minutes and time.monotonic() - started > 60 * t.max_minutes:
+            return f"max_minutes={t.max_minutes} reached"
+        return None
+
+    def fit(self) -> None:
+        """Train until a stop condition; validate and save on the way. On SIGTERM or SIGINT the
+        current step is finished, last.pt saved and TrainingInterrupted raised."""
+        t, s = self.cfg.trainer, self.state
+        started, window = time.monotonic(), Window()
+        bar = tqdm(total=t.max_steps, initial=s.step, disable=not t.progress, desc="train")
+        with StopSignals() as stop:
+            while (reason := self.stop_reason(stop, started)) is None:
+                batches = self.epoch_batches(s.epoch)
+                if s.batch >= len(batches):
+                    s.epoch, s.batch = s.epoch + 1, 0
+                    continue
+                ids = batches[s.batch : s.batch + t.accum_steps]
+                s.batch += len(ids)
+                stats = self.train_step([self._collate(i) for i in ids])
+                if stats is None:
+                    continue
+                window.add(stats)
+                bar.update(1)
+                if s.step % t.log_every == 0:
+                    bar.set_postfix(window.log(self.writer, s.step, stats["lr"]))
+                if s.step % t.valid_every == 0:
+                    self.validate_and_save()
+            bar.close()
+            log.info("training stopped at step %d: %s", s.step, reason)
+            if stop.signum is not None:
+                self.save(best=False, periodic=False)
+                raise TrainingInterrupted(stop.signum, self.interrupted_message(stop.name))
+        if s.valid_step != s.step:
+            self.validate_and_save()
+
+    def interrupted_message(self, signal_name: str) -> str:
+        return (
+            f"{signal_name}: stopped at step {self.state.step} after saving "
+            f"{self.ckpt_dir / 'last.pt'}; resume with `make resume RUN={self.run_dir}` (or the "
+            f"same command with hydra.run.dir={self.run_dir})"
+        )
+
+    def _collate(self, index: list[int]) -> Batch:
+        return collate(index, self.train_data.src_ids, self.train_data.tgt_ids).to(self.device)
+
+    def validate(self) -> dict[str, float]:
+        """Teacher-forced loss and perplexity, and BLEU of greedy translations, on valid."""
+        cfg = self.cfg
+        return validate(self.model, self.splits[cfg.data.valid], self.tgt_tok, cfg, self.autocast)
+
+    def validate_and_save(self) -> None:
+        """Validate, update the best BLEU and early-stopping counters, log, and save."""
+        metrics, s, patience = self.validate(), self.state, self.cfg.trainer.patience
+        improved = metrics["bleu"] > s.best_bleu
+        if improved:
+            s.best_bleu, s.best_step, s.stale_validations = metrics["bleu"], s.step, 0
+        else:
+            s.stale_validations += 1
+        s.valid_step = s.step
+        for name, value in metrics.items():
+            self.writer.add_scalar(f"valid/{name}", value, s.step)
+        self.log_positional_images(s.step)
+        note = " (best)"
+        if not improved:
+            note = f" (best {s.best_bleu:.2f} at step {s.best_step}; {s.stale_validations} "
+            note += f"without gain, patience {patience})" if patience else "without gain)"
+        log.info("step %d: valid loss %.3f ppl %.2f BLEU %.2f%s", s.step, metrics["loss"],
+                 metrics["ppl"], metrics["bleu"], note)  # fmt: skip
+        self.steplog.write({"type": "valid", "step": s.step, **metrics, "best_bleu": s.best_bleu,
+                            "stale_validations": s.stale_validations})  # fmt: skip
+        self.save(improved)
+
+    def log_positional_images(self, step: int) -> None:
+        """Heatmaps of the positional tables or biases (those that have one) to TensorBoard."""
+        for side, pos in (("encoder", self.model.enc_pos), ("decoder", self.model.dec_pos)):
+            image = pos.image()  # (rows, cols) or None
+            if image is not None:
+                image = image.detach().float().cpu()
+                span = (image.max() - image.min()).clamp(min=1e-8)
+                self.writer.add_image(f"positional/{side}", (image - image.min()) / span, step,
+                                      dataformats="HW")  # fmt: skip
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Everything a run needs to resume exactly, as tensors and plain values."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "train_state": asdict(self.state),
+            "rng": rng_state(),
+            "config": OmegaConf.to_container(OmegaConf.structured(self.cfg), enum_to_str=True),
+            "tokenizers": {"src": self.src_tok.state(), "tgt": self.tgt_tok.state()},
+            "data_fingerprint": self.fingerprint,
+        }
+
+    def save(self, best: bool, periodic: bool = True) -> None:
+        """Write step_N.pt (periodic, the last keep_last kept), best.pt (when validation BLEU
+        improved) and last.pt, each atomically. last.pt, which resuming reads, comes last: a
+        run killed between the writes resumes from the previous last.pt and writes them again.
+        Non-finite weights are never written."""
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            raise NonFiniteLossError(
+                f"step {self.state.step}: the weights are not finite; no checkpoint written"
+            )
+        self.state.log_records = self.steplog.records
+        state = self.checkpoint_state()
+        if periodic and self.cfg.trainer.keep_last > 0:
+            save_checkpoint(state, self.ckpt_dir / f"step_{self.state.step}.pt")
+            rotate_checkpoints(self.ckpt_dir, self.cfg.trainer.keep_last)
+        if best:
+            save_checkpoint(state, self.ckpt_dir / "best.pt")
+        save_checkpoint(state, self.ckpt_dir / "last.pt")
+        self.saved = (self.ckpt_dir / "last.pt", self.state.step)
+
+    def test(self, path: Path, tag: str = "") -> dict[str, dict[str, object]]:
+        """Score checkpoint `path` on every test split with cfg.decode; writes {split}{tag}.hyp."""
+        load_model_state(self.model, load_checkpoint(path, self.device)["model"], path)
+        results = {}
+        for name in self.cfg.data.test:
+            data = self.splits[name]
+            hyps = translate_ids(self.model, data.src_ids, self.cfg.decode, self.cfg.data.max_len)
+            texts = [self.tgt_tok.decode(h[0].tokens) for h in hyps]
+            (self.run_dir / f"{name}{tag}.hyp").write_text("".join(t + "\n" for t in texts))
+            results[name] = score(texts, data.tgt_text, lowercase=True)
+            board = "test" if not tag else f"test{tag.replace('.', '_')}"
+            self.writer.add_scalar(f"{board}/{name}_bleu", results[name]["bleu"], self.state.step)
+            log.info("\n%s", format_scores(f"{name} [{path.name}]", results[name]))
+        return results
+
+    def average(self) -> tuple[Path, list[Path]]:
+        """Average the last trainer.average_last step checkpoints into checkpoints/average.pt."""
+        n = self.cfg.trainer.average_last
+        sources = step_checkpoints(self.ckpt_dir)[-n:]
+        if len(sources) < n:
+            log.warning("trainer.average_last=%d but only %d step checkpoints to average", n,
+                        len(sources))  # fmt: skip
+        path = self.ckpt_dir / "average.pt"
+        save_checkpoint(average_checkpoints(sources), path)
+        log.info("averaged %s into %s", ", ".join(p.name for p in sources), path)
+        return path, sources
+
+    def close(self) -> None:
+        self.writer.close()
+        self.steplog.close()

@@ -1,0 +1,374 @@
+"""Tests for resuming (seq2seq/resume.py and the Trainer): a run killed with SIGKILL, stopped with
+SIGTERM or Ctrl-C, or left with a corrupt last.pt resumes to exactly the weights and log of a run
+that was never interrupted; config or data changes that would alter the run are refused."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+import seq2seq.trainer
+from seq2seq.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from seq2seq.config import TrainConfig
+from seq2seq.interrupt import TrainingInterrupted
+from seq2seq.resume import (
+    ResumeError,
+    check_compatible,
+    config_changes,
+    merge_overrides,
+    record_overrides,
+    restore_rng,
+    rng_state,
+    saved_overrides,
+)
+from seq2seq.rundir import LOG_NAME, RunDirError, read_step_log
+from seq2seq.train import Trainer, train
+from tests.tiny_run import (
+    REPO,
+    assert_same_weights,
+    compose_train,
+    start_child,
+    tiny_overrides,
+    wait_for,
+    write_slice,
+)
+
+# The tiny run: 12 steps, a checkpoint every 4, about 10 batches an epoch (so resuming from
+# step 8 crosses into epoch 1).
+
+
+@dataclass
+class Straight:
+    overrides: list[str]
+    cfg: TrainConfig
+    run_dir: Path
+    data: Path
+
+    @property
+    def last(self) -> Path:
+        return self.run_dir / "checkpoints" / "last.pt"
+
+    def log(self) -> list[dict[str, object]]:
+        return read_step_log(self.run_dir / LOG_NAME)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> Straight:
+    """The reference: the tiny run trained to the end without interruption."""
+    root = tmp_path_factory.mktemp("resume")
+    data = write_slice(root / "data")
+    overrides = tiny_overrides(data, root / "tokenizers")
+    cfg = compose_train(overrides)
+    train(cfg, root / "straight")
+    return Straight(overrides, cfg, root / "straight", data)
+
+
+def copy_run(straight: Straight, tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    shutil.copytree(straight.run_dir, run_dir)
+    return run_dir
+
+
+def step_of(path: Path) -> int:
+    return int(load_checkpoint(path)["train_state"]["step"])
+
+
+def results(run_dir: Path) -> object:
+    return json.loads((run_dir / "results.json").read_text())["test"]
+
+
+def assert_same_run(straight: Straight, run_dir: Path) -> None:
+    """Bit-identical weights and optimizer state, identical per-step log and test scores."""
+    assert_same_weights(straight.last, run_dir / "checkpoints" / "last.pt")
+    assert read_step_log(run_dir / LOG_NAME) == straight.log()
+    assert results(run_dir) == results(straight.run_dir)
+
+
+def test_straight_run_log_is_complete(straight: Straight) -> None:
+    log = straight.log()
+    assert [r["step"] for r in log if r["type"] == "train"] == list(range(1, 13))
+    assert [r["step"] for r in log if r["type"] == "valid"] == [4, 8, 12]
+    assert {r["epoch"] for r in log if r["type"] == "train" and r["step"] > 8} == {0, 1}
+    assert all(isinstance(r["loss"], float) for r in log)
+    assert all(isinstance(r["lr"], float) for r in log if r["type"] == "train")
+
+
+def test_sigkill_then_resume_is_exact(straight: Straight, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    child = start_child(straight.overrides, run_dir, pause_at=10, action="wait")
+    try:
+        wait_for(tmp_path / "run.ready", child)  # step 10 done; the checkpoint is from step 8
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    assert step_of(run_dir / "checkpoints" / "last.pt") == 8
+    assert max(r["step"] for r in read_step_log(run_dir / LOG_NAME)) == 10  # to be dropped
+    # make resume RUN=<dir>: the run's own overrides, read back from <dir>/.hydra
+    done = subprocess.run(
+        [sys.executable, "-m", "seq2seq.resume", str(run_dir)],
+        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"resumed from {run_dir / 'checkpoints' / 'last.pt'}: step 8" in done.stdout
+    assert_same_run(straight, run_dir)
+
+
+def test_sigterm_saves_then_resume_is_exact(straight: Straight, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    child = start_child(straight.overrides, run_dir, pause_at=5, action="SIGTERM")
+    out, _ = child.communicate(timeout=600)
+    assert child.returncode == 128 + signal.SIGTERM, out
+    assert "SIGTERM" in out and f"make resume RUN={run_dir}" in out
+    assert step_of(run_dir / "checkpoints" / "last.pt") == 6  # the current step was finished
+    assert not (run_dir / "checkpoints" / "step_6.pt").exists()  # only last.pt is written
+    train(straight.cfg, run_dir)
+    assert_same_run(straight, run_dir)
+
+
+def test_ctrl_c_saves_then_resume_is_exact(
+    straight: Straight, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "run"
+    original = Trainer.train_step
+
+    def press_ctrl_c(self: Trainer, group: list) -> object:
+        if self.state.step == 9:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, group)
+
+    monkeypatch.setattr(Trainer, "train_step", press_ctrl_c)
+    with pytest.raises(TrainingInterrupted) as stop:
+        train(straight.cfg, run_dir)
+    assert stop.value.code == 128 + signal.SIGINT and "SIGINT" in str(stop.value)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    assert step_of(run_dir / "checkpoints" / "last.pt") == 10
+    monkeypatch.undo()
+    train(straight.cfg, run_dir)
+    assert_same_run(straight, run_dir)
+
+
+class Died(BaseException):
+    """The process 'dies' here."""
+
+
+@pytest.mark.parametrize("dies_before", ["step_8.pt", "last.pt"])
+def test_killed_between_checkpoint_files_resumes_exactly(
+    straight: Straight, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dies_before: str
+) -> None:
+    real_save = seq2seq.trainer.save_checkpoint
+
+    def save(state: dict, path: Path) -> None:
+        if path.name == dies_before and state["train_state"]["step"] == 8:
+            raise Died
+        real_save(state, path)
+
+    monkeypatch.setattr(seq2seq.trainer, "save_checkpoint", save)
+    with pytest.raises(Died):
+        train(straight.cfg, tmp_path)
+    monkeypatch.undo()
+    assert step_of(tmp_path / "checkpoints" / "last.pt") == 4
+    train(straight.cfg, tmp_path)
+    assert_same_run(straight, tmp_path)
+    assert step_of(tmp_path / "checkpoints" / "best.pt") == step_of(
+        straight.run_dir / "checkpoints" / "best.pt"
+    )
+
+
+def test_corrupt_last_falls_back_to_newest_good_step(
+    straight: Straight, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    run_dir = copy_run(straight, tmp_path)
+    ckpts = run_dir / "checkpoints"
+    data = (ckpts / "last.pt").read_bytes()
+    (ckpts / "last.pt").write_bytes(data[: len(data) // 3])  # truncated
+    (ckpts / "step_12.pt").write_bytes(b"\x00garbage" * 100)  # corrupt
+    train(straight.cfg, run_dir)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(str(ckpts / "last.pt") in w for w in warnings), warnings
+    assert any(str(ckpts / "step_12.pt") in w for w in warnings), warnings
+    assert any(
+        f"resumed from {ckpts / 'step_8.pt'}: step 8" in r.getMessage() for r in caplog.records
+    )
+    assert_same_run(straight, run_dir)
+
+
+def test_resume_from_an_explicit_checkpoint(straight: Straight, tmp_path: Path) -> None:
+    source = straight.run_dir / "checkpoints" / "step_8.pt"
+    run_dir = tmp_path / "fork"
+    cfg = compose_train([*straight.overrides, f"trainer.resume={source}"])
+    train(cfg, run_dir)
+    assert_same_weights(straight.last, run_dir / "checkpoints" / "last.pt", counters=False)
+    kept = load_checkpoint(source)["train_state"]["log_records"]
+    assert read_step_log(run_dir / LOG_NAME) == straight.log()[kept:]  # the log starts there
+
+
+class Payload:
+    """Unpickling this creates the file `marker`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.marker, "w"))
+
+
+def test_malicious_checkpoint_is_not_resumed(straight: Straight, tmp_path: Path) -> None:
+    run_dir = copy_run(straight, tmp_path)
+    ckpts, marker = run_dir / "checkpoints", tmp_path / "pwned"
+    for path in ckpts.glob("step_*.pt"):
+        path.unlink()
+    evil = {**load_checkpoint(ckpts / "last.pt"), "extra": Payload(marker)}
+    (ckpts / "last.pt").write_bytes(pickle.dumps(evil, protocol=2))
+    with pytest.raises(ResumeError, match=r"no checkpoint .* can be resumed from: last\.pt"):
+        train(straight.cfg, run_dir)
+    explicit = compose_train([*straight.overrides, f"trainer.resume={ckpts / 'last.pt'}"])
+    with pytest.raises(CheckpointError, match=r"last\.pt: cannot be loaded safely"):
+        train(explicit, tmp_path / "other")
+    assert not marker.exists()
+    pickle.loads((ckpts / "last.pt").read_bytes())  # noqa: S301 - the payload is live
+    assert marker.exists()
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("model.d_model=64", "model.d_model"),
+        ("pos_encoding=rope", "pos_encoding.kind"),
+        ("tokenizer=char", "tokenizer.kind"),
+        ("tokenizer.vocab_size=150", "tokenizer.vocab_size"),
+        ("trainer.seed=2", "trainer.seed"),
+        ("trainer.max_tokens=512", "trainer.max_tokens"),
+        ("data.max_len=32", "data.max_len"),
+        ("data.src_lang=de", "data.src_lang"),
+        ("optim.lr=0.01", "optim.lr"),
+        ("trainer.precision=bf16", "trainer.precision"),
+    ],
+)
+def test_resume_refuses_config_changes(
+    straight: Straight, tmp_path: Path, override: str, key: str
+) -> None:
+    run_dir = copy_run(straight, tmp_path)
+    before = (run_dir / "checkpoints" / "last.pt").read_bytes()
+    with pytest.raises(ResumeError) as err:
+        train(compose_train([*straight.overrides, override]), run_dir)
+    message = str(err.value)
+    assert f"{key}: " in message and str(run_dir / "checkpoints" / "last.pt") in message
+    assert (run_dir / "checkpoints" / "last.pt").read_bytes() == before
+
+
+def test_config_changes_lists_only_unsafe_keys(straight: Straight) -> None:
+    saved = load_checkpoint(straight.last)["config"]
+    safe = [
+        "trainer.max_steps=20", "trainer.valid_every=3", "trainer.log_every=1",
+        "trainer.progress=true", "trainer.device=auto", "trainer.threads=2", "trainer.patience=4",
+        "decode=beam", "decode.beam_size=2", "data.test=[valid]", "trainer.max_minutes=5",
+    ]  # fmt: skip
+    assert config_changes(saved, compose_train([*straight.overrides, *safe])) == []
+    both = compose_train([*straight.overrides, *safe, "model.d_ff=128", "trainer.seed=3"])
+    assert config_changes(saved, both) == [("model.d_ff", 64, 128), ("trainer.seed", 1, 3)]
+
+
+def test_resume_refuses_a_config_of_another_schema() -> None:
+    with pytest.raises(ResumeError, match=r"x\.pt: its config does not fit .* 'nonsense'"):
+        check_compatible({"model": {"nonsense": 1}}, TrainConfig(), Path("x.pt"))
+
+
+def test_resume_with_safe_changes_and_moved_data(straight: Straight, tmp_path: Path) -> None:
+    run_dir = copy_run(straight, tmp_path)
+    moved = shutil.copytree(straight.data, tmp_path / "moved")
+    cfg = compose_train([*straight.overrides, f"data.root={moved}", "trainer.max_steps=14",
+                         "trainer.log_every=1", "decode=beam", "decode.beam_size=2"])  # fmt: skip
+    train(cfg, run_dir)
+    assert step_of(run_dir / "checkpoints" / "last.pt") == 14
+    log = read_step_log(run_dir / LOG_NAME)
+    assert log[: len(straight.log())] == straight.log()
+    assert [r["step"] for r in log[len(straight.log()) :]] == [13, 14, 14]
+
+
+def test_resume_refuses_changed_data(straight: Straight, tmp_path: Path) -> None:
+    run_dir = copy_run(straight, tmp_path)
+    data = shutil.copytree(straight.data, tmp_path / "data")
+    lines = (data / "train.de").read_text(encoding="utf-8").splitlines()
+    lines[4] = "dreizehn"
+    (data / "train.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ResumeError, match="data under .* changed"):
+        train(compose_train([*straight.overrides, f"data.root={data}"]), run_dir)
+
+
+def test_resume_never_refuses_a_dir_with_checkpoints(straight: Straight, tmp_path: Path) -> None:
+    run_dir = copy_run(straight, tmp_path)
+    with pytest.raises(ResumeError, match="already holds checkpoints"):
+        train(compose_train([*straight.overrides, "trainer.resume=never"]), run_dir)
+
+
+def test_second_run_on_the_same_dir_fails_at_once(straight: Straight, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from seq2seq.rundir import RunLock; lock = RunLock(Path(sys.argv[1])).__enter__(); "
+         "print('locked', flush=True); time.sleep(600)", str(run_dir)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunDirError) as err:
+            train(straight.cfg, run_dir)
+        assert str(run_dir) in str(err.value) and f"pid {holder.pid}" in str(err.value)
+        assert not (run_dir / "checkpoints").exists()  # failed before anything else
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_python_random_state_is_stored_as_plain_values(tmp_path: Path) -> None:
+    random.seed(7)
+    torch.manual_seed(7)
+    state = rng_state()
+    python = state["python"]
+    assert isinstance(python["internal"], list) and all(type(x) is int for x in python["internal"])
+    save_checkpoint({"model": {}, "rng": state}, tmp_path / "rng.pt")
+    want = (random.random(), torch.rand(3))
+    random.seed(1)
+    torch.manual_seed(1)
+    restore_rng(load_checkpoint(tmp_path / "rng.pt")["rng"])  # weights_only=True loads it
+    got = (random.random(), torch.rand(3))
+    assert got[0] == want[0] and torch.equal(got[1], want[1])
+
+
+def test_make_resume_reuses_the_saved_overrides(tmp_path: Path) -> None:
+    (tmp_path / ".hydra").mkdir()  # Hydra's copy: rewritten by every start, refused ones too
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- model=small\n- +trainer.seed=2\n")
+    assert saved_overrides(tmp_path) == ["model=small", "+trainer.seed=2"]
+    record_overrides(tmp_path, ["model=tiny", "data.root=a b,c"])  # the last accepted start's
+    assert saved_overrides(tmp_path) == ["model=tiny", "data.root=a b,c"]
+    merged = merge_overrides(saved_overrides(tmp_path), ["model=base", "trainer.max_steps=9"])
+    assert merged == ["data.root=a b,c", "model=base", "trainer.max_steps=9"]
+    assert merge_overrides(["+a=1", "b=2"], ["a=3"]) == ["b=2", "a=3"]
+    with pytest.raises(ResumeError, match="overrides.yaml not found"):
+        saved_overrides(tmp_path / "elsewhere")
+
+
+def test_a_refused_start_keeps_the_overrides_to_resume_with(
+    straight: Straight, tmp_path: Path
+) -> None:
+    run_dir = copy_run(straight, tmp_path)
+    record_overrides(run_dir, straight.overrides)
+    with pytest.raises(ResumeError):
+        train(compose_train([*straight.overrides, "model.d_ff=128"]), run_dir,
+              [*straight.overrides, "model.d_ff=128"])  # fmt: skip
+    assert saved_overrides(run_dir) == straight.overrides
