@@ -124,6 +124,11 @@ class TrainerConfig:
     valid_bleu_sentences: int = 0  # validation sentences decoded for BLEU (0 = all)
     keep_last: int = 3  # periodic checkpoints kept, besides best.pt
     precision: Precision = Precision.fp32  # fp32 | bf16 | fp16
+    # torch.compile the model for training (first steps slower while it compiles; CUDA mainly)
+    compile: bool = False
+    # device peak in TFLOPS for train/mfu in TensorBoard; 0 = a table of GPUs by name
+    # (seq2seq/flops.py: bf16 dense peaks), or 0.1 on the CPU (set your CPU's value)
+    peak_tflops: float = 0.0
     progress: bool = True  # show a progress bar
     # auto: resume from <run dir>/checkpoints when it holds one (last.pt, else the newest
     # loadable step_N.pt); never: always start afresh (refused if the run dir has checkpoints);

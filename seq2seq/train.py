@@ -8,6 +8,7 @@ splits, and write results.json. docs/RELIABILITY.md lists how every fault is han
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -20,10 +21,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.build import checkpoint_bytes
-from seq2seq.checkpoint import CheckpointError
+from seq2seq.build import checkpoint_bytes, resolve_device
+from seq2seq.checkpoint import CheckpointError, load_checkpoint
 from seq2seq.config import CONFIG_DIR, ConfigError, TrainConfig, check_config, register_configs
 from seq2seq.data import DataError
+from seq2seq.distributed import broadcast, cleanup, init_distributed
 from seq2seq.interrupt import TrainingInterrupted
 from seq2seq.metrics import label_smoothed_nll
 from seq2seq.resume import ResumeError, check_compatible, find_checkpoint, record_overrides
@@ -31,7 +33,19 @@ from seq2seq.rundir import RunDirError, RunLock, check_free_space, check_writabl
 from seq2seq.trainer import NonFiniteLossError, Resume, Trainer, TrainState
 
 log = logging.getLogger(__name__)
-__all__ = ["NonFiniteLossError", "TrainState", "Trainer", "label_smoothed_nll", "main", "train"]
+__all__ = [
+    "DistributedSetupError",
+    "NonFiniteLossError",
+    "TrainState",
+    "Trainer",
+    "label_smoothed_nll",
+    "main",
+    "train",
+]
+
+
+class DistributedSetupError(RuntimeError):
+    """Rank 0 could not set the run up; the other ranks stop with its message."""
 
 
 def prepare_run(cfg: TrainConfig, run_dir: Path) -> Resume | None:
@@ -54,8 +68,18 @@ def train(
     for `make resume` once the checks have passed."""
     check_config(cfg)
     start = time.monotonic()
-    with RunLock(run_dir):
-        resume = prepare_run(cfg, run_dir)
+    info, _ = init_distributed(resolve_device(cfg.trainer.device))
+    if not info.is_main:
+        logging.getLogger("seq2seq").setLevel(logging.WARNING)  # rank 0 speaks for the job
+        return train_worker(cfg, run_dir)
+    with contextlib.ExitStack() as stack:
+        try:  # the lock and the run-dir checks are rank 0's; the others wait for the result
+            stack.enter_context(RunLock(run_dir))
+            resume = prepare_run(cfg, run_dir)
+        except Exception as err:
+            broadcast((None, f"{type(err).__name__} on rank 0: {err}"))
+            raise
+        broadcast((str(resume[0]) if resume else None, None))
         if overrides is not None:
             record_overrides(run_dir, overrides)
         trainer = Trainer(cfg, run_dir, resume)
@@ -71,6 +95,21 @@ def train(
         for name, scores in results.items():
             print(f"test BLEU ({name}{tag}): {scores['bleu']:.2f}")
     return summary["test"]
+
+
+def train_worker(cfg: TrainConfig, run_dir: Path) -> dict[str, dict[str, object]]:
+    """Ranks other than 0: resume from the checkpoint rank 0 chose (a path on the shared run
+    dir), train in step with rank 0, and leave testing to it."""
+    path, error = broadcast(None)
+    if error is not None:
+        raise DistributedSetupError(error)
+    resume = (Path(path), load_checkpoint(path)) if path is not None else None
+    trainer = Trainer(cfg, run_dir, resume)
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    return {}
 
 
 def fit_and_test(trainer: Trainer) -> dict[str, Any]:
@@ -92,7 +131,8 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
 
 # Failures with a message that says what to do: main prints the message, not a traceback.
 USER_ERRORS = (
-    ConfigError, RunDirError, ResumeError, CheckpointError, NonFiniteLossError, DataError
+    ConfigError, RunDirError, ResumeError, CheckpointError, NonFiniteLossError, DataError,
+    DistributedSetupError,
 )  # fmt: skip
 
 register_configs()
@@ -103,6 +143,8 @@ def main(cfg: DictConfig) -> float:
     """Entry point of seq2seq-train; returns the first test split's BLEU (for sweeps)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
+        init_distributed(resolve_device(cfg.trainer.device))
+        run_dir = Path(broadcast(str(run_dir)))  # rank 0's: the ranks' clocks may differ
         overrides = list(HydraConfig.get().overrides.task)
         results = train(OmegaConf.to_object(cfg), run_dir, overrides)  # type: ignore[arg-type]
     except TrainingInterrupted as stop:
@@ -115,6 +157,8 @@ def main(cfg: DictConfig) -> float:
             raise  # Hydra marks this job failed and runs the others of the sweep
         print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
         sys.exit(1)
+    finally:
+        cleanup()
     return float(next(iter(results.values()))["bleu"]) if results else 0.0
 
 

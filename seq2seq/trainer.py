@@ -15,6 +15,7 @@ import contextlib
 import logging
 import math
 import random
+import signal
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -42,7 +44,9 @@ from seq2seq.checkpoint import (
 )
 from seq2seq.config import Precision, TrainConfig
 from seq2seq.data import Batch, collate, token_batches
+from seq2seq.distributed import NullWriter, all_reduce_sum, broadcast, init_distributed, shard
 from seq2seq.evaluate import format_scores, score
+from seq2seq.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.interrupt import StopSignals, TrainingInterrupted
 from seq2seq.metrics import Window, label_smoothed_nll, validate
 from seq2seq.resume import ResumeError, data_fingerprint, restore_rng, rng_state
@@ -72,6 +76,7 @@ class TrainState:
     bad_streak: int = 0  # consecutive steps skipped for a non-finite loss or gradient
     skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient, in all
     log_records: int = 0  # records in train_log.jsonl when the checkpoint was written
+    world_size: int = 1  # processes (torchrun ranks) the batch position `batch` refers to
 
 
 Resume = tuple[Path, dict[str, Any]]
@@ -87,7 +92,7 @@ class Trainer:
             torch.set_num_threads(t.threads)
         random.seed(t.seed)
         torch.manual_seed(t.seed)
-        self.device = resolve_device(t.device)
+        self.dist, self.device = init_distributed(resolve_device(t.device))
         saved_toks = None
         if resume is not None:
             saved = resume[1]["tokenizers"]
@@ -102,20 +107,56 @@ class Trainer:
         self.model.to(self.device)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, self.device)
         self.scaler = torch.amp.GradScaler(enabled=t.precision == Precision.fp16)
-        self.state = TrainState()
+        self.state = TrainState(world_size=self.dist.world)
         self.ckpt_dir = run_dir / "checkpoints"
         self.saved: tuple[Path, int] | None = None  # the newest checkpoint written, and its step
         self._batches: tuple[int, list[list[int]]] = (-1, [])
         if resume is not None:
             self.restore(*resume)  # last: it sets the random generators
-        self.steplog = StepLog(run_dir / LOG_NAME, self.state.log_records)
-        # hide TensorBoard events a killed process wrote after the checkpoint
-        self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=self.state.step + 1)
+        self.wrap_model()
+        m = cfg.model
+        self.flops = FlopCounter(self.model, m.d_model, (m.enc_layers, m.dec_layers),
+                                 self.tgt_tok.vocab_size)  # fmt: skip
+        peak = peak_tflops(self.device, t.peak_tflops) * 1e12 * self.dist.world
+        self.throughput = Throughput(peak)
+        self.steplog: StepLog | NullWriter = NullWriter()
+        self.writer: SummaryWriter | NullWriter = NullWriter()
+        if self.dist.is_main:  # rank 0 alone writes logs
+            self.steplog = StepLog(run_dir / LOG_NAME, self.state.log_records)
+            # hide TensorBoard events a killed process wrote after the checkpoint
+            self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=self.state.step + 1)
         log.info(
             "model: %d parameters; vocab %d/%d; train %d pairs; device %s",
             self.model.num_params(), self.src_tok.vocab_size, self.tgt_tok.vocab_size,
             len(self.train_data), self.device,
         )  # fmt: skip
+
+    def wrap_model(self) -> None:
+        """self.ddp: the module whose gradients DDP averages over ranks (the model itself in a
+        single process); self.forward: what the training step calls (torch.compile'd when
+        trainer.compile). self.model stays the plain module (state dicts, validation)."""
+        self.ddp: torch.nn.Module = self.model
+        if self.dist.enabled:
+            ids = [self.device] if self.device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+        self.forward: Any = torch.compile(self.ddp) if self.cfg.trainer.compile else self.ddp
+
+    def grad_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """Under DDP, gradients are all-reduced only on the last backward of a step."""
+        if last or not self.dist.enabled:
+            return contextlib.nullcontext()
+        return self.ddp.no_sync()  # type: ignore[operator]
+
+    def step_counts(self, group: list[Batch]) -> dict[str, float]:
+        """All ranks' target tokens, model FLOPs, and real and padded (src+tgt) tokens of a step."""
+        tokens = flops = real = padded = 0.0
+        for b in group:
+            n_src, n_tgt = b.src_tokens, b.tgt_tokens
+            tokens, real = tokens + n_tgt, real + n_src + n_tgt
+            padded += b.src.numel() + b.tgt_out.numel()  # src (B, S), tgt_out (B, T)
+            flops += self.flops.batch(n_src, n_tgt, b.src.shape[1], b.tgt_out.shape[1])
+        tokens, flops, real, padded = all_reduce_sum([tokens, flops, real, padded], self.device)
+        return {"tokens": int(tokens), "flops": flops, "real": real, "padded": padded}
 
     def restore(self, path: Path, ckpt: dict[str, Any]) -> None:
         """Continue from checkpoint `ckpt`: weights, optimizer, schedule, counters, RNG states."""
@@ -131,6 +172,12 @@ class Trainer:
         self.scaler.load_state_dict(ckpt["scaler"])
         known = {f.name for f in fields(TrainState)}
         self.state = TrainState(**{k: v for k, v in ckpt["train_state"].items() if k in known})
+        if self.state.world_size != self.dist.world:
+            raise ResumeError(
+                f"cannot resume from {path}: it was written by a run of {self.state.world_size} "
+                f"process(es) and this one has {self.dist.world}; the position in the data "
+                "depends on it. Resume with the same torchrun --nproc_per_node"
+            )
         self.saved = (path, self.state.step)
         restore_rng(ckpt["rng"])
         s = self.state
@@ -153,13 +200,13 @@ class Trainer:
             batches = token_batches(
                 src_lens, tgt_lens, t.max_tokens, shuffle=True, seed=t.seed, epoch=epoch
             )
-            self._batches = (epoch, batches)
+            self._batches = (epoch, shard(batches, self.dist))  # this rank's share
         return self._batches[1]
 
     def batch_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """Summed label-smoothed loss and NLL of one batch (teacher forcing)."""
         with self.autocast():
-            logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
+            logits = self.forward(batch.src, batch.tgt_in)  # (B, T, V)
         return label_smoothed_nll(
             logits.flatten(0, 1), batch.tgt_out.flatten(), self.cfg.trainer.label_smoothing
         )
@@ -167,12 +214,17 @@ class Trainer:
     def train_step(self, group: list[Batch]) -> dict[str, float] | None:
         """One optimizer step over `group` (gradient accumulation); returns loss statistics,
         or None when the loss or gradient norm was not finite and the step was skipped."""
-        total_tokens = sum(b.tgt_tokens for b in group)
+        counts = self.step_counts(group)
+        # normalise by all ranks' tokens; DDP's average over ranks (x 1/world) is undone here
+        total_tokens = counts["tokens"]
+        denom = total_tokens / self.dist.world
         loss_sum = nll_sum = 0.0
-        for batch in group:
-            loss, nll = self.batch_loss(batch)
-            self.scaler.scale(loss / total_tokens).backward()
+        for i, batch in enumerate(group):
+            with self.grad_sync(last=i == len(group) - 1):
+                loss, nll = self.batch_loss(batch)
+                self.scaler.scale(loss / denom).backward()
             loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+        loss_sum, nll_sum = all_reduce_sum([loss_sum, nll_sum], self.device)
         self.scaler.unscale_(self.optimizer)
         clip = self.cfg.optim.clip_norm
         grad_norm = float(
@@ -180,7 +232,8 @@ class Trainer:
         )
         stats = {"loss": loss_sum / total_tokens, "nll": nll_sum / total_tokens,
                  "lr": self.optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
-                 "tokens": total_tokens}  # fmt: skip
+                 "tokens": total_tokens, "flops": counts["flops"],
+                 "padding_efficiency": counts["real"] / counts["padded"]}  # fmt: skip
         # with fp16 the grad scaler itself skips steps with overflowing gradients
         finite_grad = math.isfinite(grad_norm) or self.scaler.is_enabled()
         if not (math.isfinite(loss_sum) and finite_grad):
@@ -194,6 +247,7 @@ class Trainer:
         self.scheduler.step()
         s = self.state
         s.step, s.tokens, s.bad_streak = s.step + 1, s.tokens + total_tokens, 0
+        self.throughput.add(counts["flops"], counts["real"], counts["padded"])
         self.steplog.write({"type": "train", "step": s.step, "epoch": s.epoch, **stats})
         return stats
 
@@ -245,9 +299,11 @@ class Trainer:
         current step is finished, last.pt saved and TrainingInterrupted raised."""
         t, s = self.cfg.trainer, self.state
         started, window = time.monotonic(), Window()
-        bar = tqdm(total=t.max_steps, initial=s.step, disable=not t.progress, desc="train")
+        show = t.progress and self.dist.is_main
+        bar = tqdm(total=t.max_steps, initial=s.step, disable=not show, desc="train")
         with StopSignals() as stop:
-            while (reason := self.stop_reason(stop, started)) is None:
+            # rank 0 decides (its clock, its signals), so that every rank stops at the same step
+            while (reason := broadcast(self.stop_reason(stop, started))) is None:
                 batches = self.epoch_batches(s.epoch)
                 if s.batch >= len(batches):
                     s.epoch, s.batch = s.epoch + 1, 0
@@ -261,13 +317,16 @@ class Trainer:
                 bar.update(1)
                 if s.step % t.log_every == 0:
                     bar.set_postfix(window.log(self.writer, s.step, stats["lr"]))
+                    for name, value in self.throughput.scalars().items():
+                        self.writer.add_scalar(f"train/{name}", value, s.step)
                 if s.step % t.valid_every == 0:
                     self.validate_and_save()
             bar.close()
             log.info("training stopped at step %d: %s", s.step, reason)
-            if stop.signum is not None:
+            if stop.signum is not None or reason.endswith(" received"):  # rank 0's signal
                 self.save(best=False, periodic=False)
-                raise TrainingInterrupted(stop.signum, self.interrupted_message(stop.name))
+                signum = stop.signum if stop.signum is not None else signal.SIGTERM
+                raise TrainingInterrupted(signum, self.interrupted_message(reason.split()[0]))
         if s.valid_step != s.step:
             self.validate_and_save()
 
@@ -288,7 +347,9 @@ class Trainer:
 
     def validate_and_save(self) -> None:
         """Validate, update the best BLEU and early-stopping counters, log, and save."""
-        metrics, s, patience = self.validate(), self.state, self.cfg.trainer.patience
+        # rank 0 validates; every rank takes its metrics, so early stopping agrees everywhere
+        metrics = broadcast(self.validate() if self.dist.is_main else None)
+        s, patience = self.state, self.cfg.trainer.patience
         improved = metrics["bleu"] > s.best_bleu
         if improved:
             s.best_bleu, s.best_step, s.stale_validations = metrics["bleu"], s.step, 0
@@ -336,11 +397,14 @@ class Trainer:
         """Write step_N.pt (periodic, the last keep_last kept), best.pt (when validation BLEU
         improved) and last.pt, each atomically. last.pt, which resuming reads, comes last: a
         run killed between the writes resumes from the previous last.pt and writes them again.
-        Non-finite weights are never written."""
+        Non-finite weights are never written (every rank checks: they hold the same weights, so
+        all stop together). Ranks other than 0 write nothing."""
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise NonFiniteLossError(
                 f"step {self.state.step}: the weights are not finite; no checkpoint written"
             )
+        if not self.dist.is_main:
+            return
         self.state.log_records = self.steplog.records
         state = self.checkpoint_state()
         if periodic and self.cfg.trainer.keep_last > 0:

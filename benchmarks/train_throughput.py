@@ -1,0 +1,302 @@
+"""Training throughput: our Trainer's step against Hugging Face's MarianMTModel, same batches.
+
+    python benchmarks/train_throughput.py [--data DIR] [--repeats 3] [--steps 5] [--threads 2]
+        [--precision fp32|bf16] [--dropout 0.1] [--max-tokens 4096] [--no-doc]
+
+Both engines: d=256, 3+3 layers, 4 heads, FFN 1024, post-norm, ReLU, scaled embeddings, tied
+joint sentencepiece BPE vocabulary of 8000 (trained on Multi30k train, cached), dropout 0.1 (our
+FFN hidden dropout is Marian's activation_dropout), label-smoothed (0.1) cross-entropy per target
+token (our label_smoothed_nll for both), AdamW with the same warmup + inverse-sqrt schedule,
+clipping 1.0, on the CPU (fp32, or bf16 autocast for both). The batches are the first of epoch
+0 from data.token_batches (length-bucketed, --max-tokens padded tokens), collated before timing.
+Each engine runs in its own child process (for its peak RSS); the repeats alternate the order of
+the engines. Marian starts from our model's initial weights (copied: fused key/value projections
+split, our sinusoid table), which the eval-mode loss of the first batch at step 0 shows (equal in
+both); with --dropout 0 the loss curves then agree step by step (dropout masks differ otherwise).
+Medians go to benchmarks/results/train_throughput.json and docs/BENCHMARKS.md (train_throughput).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from common import ROOT, median, peak_rss_mb, update_doc, write_json
+from hydra import compose, initialize_config_dir
+
+from seq2seq.config import CONFIG_DIR, TrainConfig, register_configs
+from seq2seq.data import Batch, collate
+from seq2seq.metrics import label_smoothed_nll
+from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+ENGINES = ("ours", "hf")
+
+
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    """The benchmark's TrainConfig (data=multi30k, model=small as post-norm, on the CPU)."""
+    register_configs()
+    overrides = [
+        "data=multi30k", f"data.root={args.data}", "tokenizer=bpe", "tokenizer.vocab_size=8000",
+        "model=small", "model.norm_first=false", f"model.dropout={args.dropout}",
+        "optim.clip_norm=1.0", f"trainer.max_tokens={args.max_tokens}",
+        f"trainer.threads={args.threads}", "trainer.device=cpu", "trainer.label_smoothing=0.1",
+        "trainer.progress=false", f"trainer.precision={args.precision}",
+    ]  # fmt: skip
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.to_object(compose("train", overrides=overrides))
+    assert isinstance(cfg, TrainConfig)
+    return cfg
+
+
+def marian(cfg: TrainConfig, vocab: int) -> torch.nn.Module:
+    """A MarianMTModel of the same size and architecture as our model."""
+    from transformers import MarianConfig, MarianMTModel
+
+    m = cfg.model
+    config = MarianConfig(
+        vocab_size=vocab, d_model=m.d_model, encoder_layers=m.enc_layers,
+        decoder_layers=m.dec_layers, encoder_attention_heads=m.n_heads,
+        decoder_attention_heads=m.n_heads, encoder_ffn_dim=m.d_ff, decoder_ffn_dim=m.d_ff,
+        activation_function="relu", dropout=m.dropout, attention_dropout=m.attn_dropout,
+        activation_dropout=m.dropout, max_position_embeddings=cfg.data.max_len + 2,
+        scale_embedding=True, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID, share_encoder_decoder_embeddings=True,
+    )  # fmt: skip
+    torch.manual_seed(cfg.trainer.seed)
+    return MarianMTModel(config)
+
+
+# our parameter names (after "encoder.N." / "decoder.N.") -> Marian's (within its layer N)
+MARIAN_NAMES = {
+    "self_attn.q_proj": "self_attn.q_proj", "self_attn.out_proj": "self_attn.out_proj",
+    "cross_attn.q_proj": "encoder_attn.q_proj", "cross_attn.out_proj": "encoder_attn.out_proj",
+    "ffn.up": "fc1", "ffn.down": "fc2", "res_attn.norm": "self_attn_layer_norm",
+    "res_self.norm": "self_attn_layer_norm", "res_cross.norm": "encoder_attn_layer_norm",
+    "res_ffn.norm": "final_layer_norm",
+}  # fmt: skip
+
+
+def copy_into_marian(ours: dict[str, torch.Tensor], model: Any, d_model: int) -> None:
+    """Give MarianMTModel our model's weights (post-norm, tied embeddings): fused key/value
+    projections are split, our sinusoid table replaces Marian's. Raises KeyError when our
+    parameter names are not the ones mapped."""
+    from seq2seq.positional import sinusoid_table
+
+    inner = model.model
+    with torch.no_grad():
+        inner.shared.weight.copy_(ours["src_embed.weight"])
+        for name, tensor in ours.items():
+            if not name.startswith(("encoder.", "decoder.")):
+                continue  # embeddings (done above); post-norm has no final norms
+            side, layer, *path, leaf = name.split(".")
+            block, module = inner.get_submodule(f"{side}.layers.{layer}"), ".".join(path)
+            if module.endswith("kv_proj"):  # (2D, D) or (2D,): keys then values
+                attn = "self_attn" if module.startswith("self_attn") else "encoder_attn"
+                key, value = tensor.chunk(2, dim=0)
+                getattr(block.get_submodule(f"{attn}.k_proj"), leaf).copy_(key)
+                getattr(block.get_submodule(f"{attn}.v_proj"), leaf).copy_(value)
+            else:
+                getattr(block.get_submodule(MARIAN_NAMES[module]), leaf).copy_(tensor)
+        for table in (inner.encoder.embed_positions, inner.decoder.embed_positions):
+            table.weight.copy_(sinusoid_table(table.weight.shape[0], d_model))
+
+
+def hf_logits(model: Any, batch: Batch) -> torch.Tensor:
+    """Marian's (B, T, V) logits for our batch layout (EOS-terminated source, BOS + target)."""
+    return model(
+        input_ids=batch.src, attention_mask=batch.src != PAD_ID, decoder_input_ids=batch.tgt_in,
+        decoder_attention_mask=batch.tgt_in != PAD_ID,
+    ).logits  # fmt: skip
+
+
+def hf_step(
+    model: Any, optimizer: Any, scheduler: Any, batch: Batch, smoothing: float, bf16: bool
+) -> float:
+    """One HF training step with the same loss, clipping, optimizer and autocast as ours;
+    returns the loss per target token."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = hf_logits(model, batch)  # (B, T, V)
+    loss, _ = label_smoothed_nll(logits.flatten(0, 1), batch.tgt_out.flatten(), smoothing)
+    tokens = batch.tgt_tokens
+    (loss / tokens).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    scheduler.step()
+    return loss.item() / tokens
+
+
+def first_batches(cfg: TrainConfig, steps: int) -> tuple[list[Batch], int]:
+    """The first `steps` batches of epoch 0 as the Trainer draws them, and the vocabulary size."""
+    from seq2seq.build import load_corpus
+    from seq2seq.data import token_batches
+
+    _, tgt_tok, splits = load_corpus(cfg.data, cfg.tokenizer)
+    data, t = splits[cfg.data.train], cfg.trainer
+    src_lens, tgt_lens = [len(s) + 1 for s in data.src_ids], [len(s) + 1 for s in data.tgt_ids]
+    index = token_batches(src_lens, tgt_lens, t.max_tokens, shuffle=True, seed=t.seed, epoch=0)
+    return [collate(i, data.src_ids, data.tgt_ids) for i in index[:steps]], tgt_tok.vocab_size
+
+
+def eval_loss(logits_of: Any, model: torch.nn.Module, batch: Batch, smoothing: float) -> float:
+    """Loss per target token of `batch` in eval mode (no dropout), without gradients."""
+    model.eval()
+    with torch.no_grad():
+        logits = logits_of(batch)  # (B, T, V)
+        loss = label_smoothed_nll(logits.flatten(0, 1), batch.tgt_out.flatten(), smoothing)[0]
+    model.train()
+    return float(loss) / batch.tgt_tokens
+
+
+def engine_step(engine: str, cfg: TrainConfig, vocab: int, run_dir: Path) -> tuple[Any, Any]:
+    """Functions batch -> loss: one optimizer step of `engine`, and its eval-mode loss. Marian
+    starts from our model's initial weights (the Trainer's seed) when the names map."""
+    from seq2seq.build import build_model, build_optimizer
+
+    smoothing = cfg.trainer.label_smoothing
+    if engine == "ours":
+        from seq2seq.trainer import Trainer
+
+        trainer = Trainer(cfg, run_dir)
+        ours = lambda b: trainer.model(b.src, b.tgt_in)  # noqa: E731
+        return (lambda b: trainer.train_step([b])["loss"],  # type: ignore[index]
+                lambda b: eval_loss(ours, trainer.model, b, smoothing))  # fmt: skip
+    model = marian(cfg, vocab).train()
+    torch.manual_seed(cfg.trainer.seed)  # as the Trainer does before building its model
+    try:
+        copy_into_marian(build_model(cfg, vocab, vocab).state_dict(), model, cfg.model.d_model)
+    except (KeyError, AttributeError, RuntimeError) as err:
+        print(f"Marian keeps its own initial weights: {err!r}", file=sys.stderr)
+    optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))
+    bf16 = cfg.trainer.precision.value == "bf16"
+    return (lambda b: hf_step(model, optimizer, scheduler, b, smoothing, bf16),
+            lambda b: eval_loss(lambda x: hf_logits(model, x), model, b, smoothing))  # fmt: skip
+
+
+def run_engine(engine: str, cfg: TrainConfig, steps: int) -> dict[str, Any]:
+    """Child process: the eval-mode loss of the first batch at the initial weights, then `steps`
+    optimizer steps of `engine` on the first batches of epoch 0; returns per-step seconds,
+    losses, token counts and the peak RSS."""
+    batches, vocab = first_batches(cfg, steps)
+    with tempfile.TemporaryDirectory() as run_dir:
+        step, evaluate = engine_step(engine, cfg, vocab, Path(run_dir))
+        initial = evaluate(batches[0])
+        seconds, losses = [], []
+        for batch in batches:
+            start = time.perf_counter()
+            losses.append(float(step(batch)))
+            seconds.append(time.perf_counter() - start)
+    return {"engine": engine, "seconds": seconds, "losses": losses, "rss_mb": peak_rss_mb(),
+            "initial_eval_loss": initial, "src_tokens": [b.src_tokens for b in batches],
+            "tgt_tokens": [b.tgt_tokens for b in batches]}  # fmt: skip
+
+
+def child(engine: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Run one engine in a fresh Python process (its own peak RSS); returns its result."""
+    cmd = [sys.executable, __file__, "--engine", engine, "--data", args.data,
+           "--steps", str(args.warmup + args.steps), "--threads", str(args.threads),
+           "--max-tokens", str(args.max_tokens), "--precision", args.precision,
+           "--dropout", str(args.dropout)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{engine} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def summarise(runs: list[dict[str, Any]], warmup: int) -> dict[str, float]:
+    """Medians over the repeats of one engine (the first `warmup` steps of each left out)."""
+    per_run = []
+    for r in runs:
+        secs = sum(r["seconds"][warmup:])
+        src, tgt = sum(r["src_tokens"][warmup:]), sum(r["tgt_tokens"][warmup:])
+        per_run.append((secs / len(r["seconds"][warmup:]), (src + tgt) / secs, tgt / secs))
+    return {"s_per_step": median([p[0] for p in per_run]),
+            "src_tgt_tokens_per_s": median([p[1] for p in per_run]),
+            "tgt_tokens_per_s": median([p[2] for p in per_run]),
+            "peak_rss_mb": median([r["rss_mb"] for r in runs]),
+            "final_loss": runs[0]["losses"][-1],
+            "initial_eval_loss": runs[0]["initial_eval_loss"]}  # fmt: skip
+
+
+def report(result: dict[str, Any]) -> str:
+    """The Markdown body of the docs/BENCHMARKS.md section."""
+    ours, hf = result["ours"], result["hf"]
+    rows = ["| engine | src+tgt tokens/s | target tokens/s | s/step | peak RSS (MB) | loss at "
+            f"step {result['steps_total']} |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for name, r in (("seq2seq Trainer", ours), ("HF MarianMTModel", hf)):
+        speed = f"{r['src_tgt_tokens_per_s']:,.0f} | {r['tgt_tokens_per_s']:,.0f}"
+        cost = f"{r['s_per_step']:.3f} | {r['peak_rss_mb']:,.0f} | {r['final_loss']:.3f}"
+        rows.append(f"| {name} | {speed} | {cost} |")
+    curves = "\n".join(
+        f"- {e}: " + ", ".join(f"{x:.3f}" for x in result["loss_curves"][e]) for e in ENGINES
+    )
+    return (
+        "d=256, 3+3 layers, 4 heads, FFN 1024, post-norm, joint BPE 8000 (Multi30k train), "
+        f"batches of <= {result['max_tokens']} padded tokens (epoch 0's first, length-bucketed), "
+        f"label smoothing 0.1, AdamW, clipping 1.0, {result['precision']}, "
+        f"{result['threads']} threads. Medians of {result['repeats']} repeats (engine order "
+        "alternating, each in its own process) of "
+        f"{result['steps']} timed steps after {result['warmup']} warm-up steps.\n\n"
+        + "\n".join(rows)
+        + f"\n\nSpeed-up (src+tgt tokens/s): **{result['speedup']:.2f}x**.\n\n"
+        f"Same initial weights (copied into Marian): eval-mode loss of the first batch "
+        f"{ours['initial_eval_loss']:.6f} (ours) vs {hf['initial_eval_loss']:.6f} (Marian). Loss "
+        f"per target token at each step (same batches and schedule, dropout {result['dropout']}; "
+        "with dropout the masks differ, so the curves agree in trend, and exactly with "
+        "`--dropout 0`):\n\n" + curves + "\n"
+    )
+
+
+def main() -> None:
+    default_data = os.environ.get("MULTI30K_ROOT", str(ROOT.parent / "shared/data/multi30k"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", default=default_data, help="Multi30k folder")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per repeat")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed first steps")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="both engines (bf16: CPU autocast)")  # fmt: skip
+    parser.add_argument("--dropout", type=float, default=0.1, help="0: loss curves must agree")
+    parser.add_argument("--engine", choices=ENGINES, help="(internal) run one engine, print JSON")
+    parser.add_argument("--no-doc", action="store_true", help="skip docs and results/")
+    args = parser.parse_args()
+    sys.argv[0] = str(Path(__file__).resolve())  # common.command() names it from the root
+    args.data = str(Path(args.data).resolve())
+    if args.engine:
+        torch.set_num_threads(args.threads)
+        cfg = train_config(args)
+        print(json.dumps(run_engine(args.engine, cfg, args.steps)))
+        return
+    runs: dict[str, list[dict[str, Any]]] = {e: [] for e in ENGINES}
+    for repeat in range(args.repeats):
+        for engine in ENGINES if repeat % 2 == 0 else ENGINES[::-1]:
+            runs[engine].append(child(engine, args))
+            print(f"repeat {repeat + 1} {engine}: {runs[engine][-1]['seconds']}", flush=True)
+    result: dict[str, Any] = {e: summarise(runs[e], args.warmup) for e in ENGINES}
+    speed = [result[e]["src_tgt_tokens_per_s"] for e in ENGINES]
+    result.update(speedup=speed[0] / speed[1],
+                  loss_curves={e: runs[e][0]["losses"] for e in ENGINES}, repeats=args.repeats,
+                  steps=args.steps, warmup=args.warmup, steps_total=args.steps + args.warmup,
+                  threads=args.threads, max_tokens=args.max_tokens,
+                  precision=args.precision, dropout=args.dropout)  # fmt: skip
+    print(json.dumps(result, indent=2))
+    if not args.no_doc:
+        write_json("train_throughput", result)
+        update_doc("train_throughput", "Training throughput: seq2seq vs HF Marian", report(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Tests for the GPU-path options of the Trainer, run on the CPU: bf16 autocast, the FLOPs
+formula behind train/mfu, padding efficiency in the log, and trainer.compile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from seq2seq.data import collate
+from seq2seq.flops import CPU_PEAK_TFLOPS, FlopCounter, Throughput, peak_tflops
+from seq2seq.metrics import label_smoothed_nll
+from seq2seq.trainer import Trainer
+from tests.conftest import MakeModel
+from tests.tiny_run import compose_train, tiny_overrides, write_slice
+
+
+def tiny_trainer(tmp_path: Path, *extra: str) -> Trainer:
+    data = tmp_path / "data"
+    if not data.exists():
+        write_slice(data)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    args = tiny_overrides(data, tmp_path / "cache", "trainer.max_steps=3", "model.dropout=0.0",
+                          "trainer.valid_every=1000", "trainer.keep_last=0", *extra)  # fmt: skip
+    return Trainer(compose_train(args), run_dir)
+
+
+def train_records(trainer: Trainer) -> list[dict[str, float]]:
+    lines = (trainer.run_dir / "train_log.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["type"] == "train"]
+
+
+def test_bf16_autocast_trains_on_cpu_close_to_fp32(tmp_path: Path) -> None:
+    results = {}
+    for precision in ("fp32", "bf16"):
+        trainer = tiny_trainer(tmp_path / precision, f"trainer.precision={precision}")
+        before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        trainer.fit()
+        trainer.close()
+        after = trainer.model.state_dict()
+        assert all(v.dtype == torch.float32 for v in after.values())  # master weights stay fp32
+        assert any(not torch.equal(before[k], after[k]) for k in before)
+        results[precision] = [r["loss"] for r in train_records(trainer)]
+    assert len(results["bf16"]) == 3
+    assert results["bf16"] != results["fp32"]  # bf16 really ran
+    assert results["bf16"] == pytest.approx(results["fp32"], rel=0.02)
+
+
+def test_train_log_has_flops_and_padding_efficiency(tmp_path: Path) -> None:
+    trainer = tiny_trainer(tmp_path)
+    trainer.fit()
+    trainer.close()
+    for record in train_records(trainer):
+        assert 0.3 < record["padding_efficiency"] <= 1.0  # length-bucketed batches pad little
+        assert record["flops"] > 0
+
+
+def math_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    **_: object,
+) -> torch.Tensor:
+    """Attention as plain matmuls (q (B, H, L, dh), k/v (B, H, S, dh)), which FlopCounterMode
+    counts (it has no formula for the CPU SDPA kernel)."""
+    scores = (q @ k.transpose(-2, -1)) * (scale or q.shape[-1] ** -0.5)  # (B, H, L, S)
+    if is_causal:
+        future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    if attn_mask is not None:
+        is_bool = attn_mask.dtype == torch.bool
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if is_bool else scores + attn_mask
+    return scores.softmax(-1) @ v  # (B, H, L, dh)
+
+
+def test_flop_formula_matches_torch_flop_counter(
+    make_model: MakeModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unpadded batch: the formula against the FLOPs torch counts for forward + backward
+    (matmuls only: biases and norms make the small gap)."""
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", math_sdpa)
+    model = make_model("sinusoidal", d_model=32, layers=2, d_ff=64, vocab=50).train()
+    src = [[5 + (i + j) % 40 for j in range(11)] for i in range(4)]  # (4, 12) with EOS
+    tgt = [[7 + (i * j) % 40 for j in range(8)] for i in range(4)]  # (4, 9) with BOS/EOS
+    batch = collate(range(4), src, tgt)
+    with FlopCounterMode(display=False) as counter:
+        logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+        label_smoothed_nll(logits.flatten(0, 1), batch.tgt_out.flatten(), 0.1)[0].backward()
+    counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    assert "aten.bmm" in counts or "aten.matmul" in counts  # attention was counted
+    formula = FlopCounter(model, 32, (2, 2), 50).batch(
+        batch.src_tokens, batch.tgt_tokens, batch.src.shape[1], batch.tgt_out.shape[1]
+    )
+    assert formula == pytest.approx(counter.get_total_flops(), rel=0.03)
+
+
+def test_peak_tflops_and_mfu() -> None:
+    cpu = torch.device("cpu")
+    assert peak_tflops(cpu) == CPU_PEAK_TFLOPS
+    assert peak_tflops(cpu, 2.5) == 2.5
+    meter = Throughput(peak_flops=1e12)
+    meter.add(flops=5e11, real=90, padded=100)
+    out = meter.scalars()
+    assert out["padding_efficiency"] == pytest.approx(0.9)
+    assert out["mfu"] == pytest.approx(out["tflops"])  # peak of 1 TFLOPS
+    assert "mfu" not in Throughput(peak_flops=0.0).scalars()
+
+
+def test_adamw_is_foreach_on_cpu(make_model: MakeModel) -> None:
+    from seq2seq.build import build_optimizer
+    from seq2seq.config import OptimConfig
+
+    optimizer, _ = build_optimizer(make_model(), OptimConfig(), torch.device("cpu"))
+    assert optimizer.defaults["foreach"] is True
+    assert not optimizer.defaults["fused"]  # fused is the CUDA path
+
+
+@pytest.mark.slow  # torch.compile's first compilation takes ~30 s on 2 CPU cores
+def test_compile_trains_like_eager(tmp_path: Path) -> None:
+    """The losses of the same steps agree (weights are not compared: the key bias has an
+    analytically zero gradient, whose rounding noise Adam turns into lr-sized steps)."""
+    losses = {}
+    for name, extra in (("eager", ()), ("compiled", ("trainer.compile=true",))):
+        trainer = tiny_trainer(tmp_path / name, *extra)
+        trainer.fit()
+        trainer.close()
+        losses[name] = [r["loss"] for r in train_records(trainer)]
+    assert len(losses["compiled"]) == 3
+    assert losses["compiled"] == pytest.approx(losses["eager"], rel=1e-4)
