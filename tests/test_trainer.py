@@ -135,3 +135,24 @@ def test_compile_trains_like_eager(tmp_path: Path) -> None:
         losses[name] = [r["loss"] for r in train_records(trainer)]
     assert len(losses["compiled"]) == 3
     assert losses["compiled"] == pytest.approx(losses["eager"], rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("kind", "has_image"),
+    [("sinusoidal", True), ("t5_bias", True), ("alibi", True), ("none", False)],
+)
+def test_positional_heatmaps_reach_tensorboard(tmp_path: Path, kind: str, has_image: bool) -> None:
+    """Each validation logs a heatmap of every encoding that has a table or per-head biases."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trainer = tiny_trainer(tmp_path, f"pos_encoding={kind}")
+    trainer.log_positional_images(step=1)
+    trainer.writer.flush()
+    events = EventAccumulator(str(trainer.run_dir / "tb"), size_guidance={"images": 0}).Reload()
+    tags = set(events.Tags()["images"])
+    want = {"positional/encoder", "positional/decoder"} if has_image else set()
+    assert tags == want
+    for tag in want:
+        image = events.Images(tag)[-1]
+        assert image.width > 1 and image.height > 1
+    trainer.close()
