@@ -9,12 +9,15 @@ INPUT ?= -
 OUTPUT ?= -
 SPLIT ?= test
 MULTI30K ?= data/multi30k
+# where data=multi30k reads from (make data writes to $(MULTI30K))
+MULTI30K_ROOT ?= ../shared/data/multi30k
+PAIR ?= en_de
 SWEEP_ENCODINGS ?= sinusoidal,learned,relative,t5_bias,alibi,rope,none
 SWEEP_SEEDS ?= 1,2,3
 SWEEP_ARGS ?= experiment=pos_sweep
 LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)
 
-.PHONY: install train resume translate evaluate sweep data test test-full lint format bench clean
+.PHONY: install train resume translate evaluate sweep data multi30k test test-full lint format bench clean
 
 install:  ## virtualenv + CPU torch (no CUDA wheels without an NVIDIA driver) + seq2seq
 	bash scripts/install.sh
@@ -41,6 +44,9 @@ sweep:  ## Hydra multirun over positional encodings x seeds, then a comparison t
 
 data:  ## download Multi30k (needs network) into $(MULTI30K)
 	$(PY) scripts/download_multi30k.py --out $(MULTI30K)
+
+multi30k:  ## Multi30k recipe: make multi30k PAIR=en_de|de_en|en_fr (data from MULTI30K_ROOT)
+	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) -m seq2seq.train experiment=multi30k_$(PAIR) $(ARGS)
 
 test:  ## the CI suite (slow tests excluded)
 	$(PY) -m pytest -q
