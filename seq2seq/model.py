@@ -11,7 +11,7 @@ import math
 from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
-from seq2seq.layers import DecoderLayer, EncoderLayer, LayerCache, LayerSpec
+from seq2seq.layers import DecoderLayer, EncoderLayer, LayerCache, LayerSpec, Linear
 from seq2seq.positional import PositionalEncoding
 from seq2seq.tokenizer import PAD_ID
 
@@ -53,7 +53,7 @@ class EncoderDecoder(nn.Module):
         # pre-norm stacks end in a LayerNorm; post-norm layers already end in one
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
-        self.out = nn.Linear(cfg.d_model, tgt_vocab, bias=False)
+        self.out = Linear(cfg.d_model, tgt_vocab, bias=False)
         self.dropout = nn.Dropout(cfg.dropout)
         self._init_weights()
         if cfg.tie_output:
@@ -90,22 +90,23 @@ class EncoderDecoder(nn.Module):
         src_mask: Tensor,
         cache: list[LayerCache] | None = None,
     ) -> Tensor:
-        """Decoder inputs (B, T) -> logits (B, T, V).
+        """Decoder inputs (N, T) -> logits (N, T, V).
 
+        memory (B, S, D) and src_mask (B, S) may have one row per sentence for N = B * G decoder
+        rows, G hypotheses per sentence in sentence-major order (beam search).
         With a cache (one LayerCache per layer, see `new_cache`), tgt_in holds only the tokens
         not yet seen; positions continue from the cache's length.
         """
-        offset = 0
-        if cache is not None and cache[0].self_k is not None:
-            offset = cache[0].self_k.size(2)
-        x = self._embed(tgt_in, self.tgt_embed, self.dec_pos, offset)  # (B, T, D)
+        offset = 0 if cache is None else cache[0].length
+        x = self._embed(tgt_in, self.tgt_embed, self.dec_pos, offset)  # (N, T, D)
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, src_mask, None if cache is None else cache[i])
-        return self.out(self.dec_norm(x))  # (B, T, V)
+        return self.out(self.dec_norm(x))  # (N, T, V)
 
-    def new_cache(self) -> list[LayerCache]:
-        """Empty per-layer key/value caches for incremental decoding."""
-        return [LayerCache() for _ in self.decoder]
+    def new_cache(self, capacity: int = 0) -> list[LayerCache]:
+        """Empty per-layer key/value caches for incremental decoding, with room for `capacity`
+        positions before they grow."""
+        return [LayerCache(capacity) for _ in self.decoder]
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V) for sources (B, S) and decoder inputs (B, T)."""

@@ -67,7 +67,8 @@ class Sinusoidal(PositionalEncoding):
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         end = offset + x.size(1)
         if end > self.table.size(0):  # grow on demand: the formula has no length limit
-            self.table = sinusoid_table(2 * end, self.d_model).to(x.device)
+            with torch.inference_mode(False):  # a table grown while decoding serves training too
+                self.table = sinusoid_table(2 * end, self.d_model).to(x.device)
         return x + self.table[offset:end].to(x.dtype)  # (B, T, D)
 
     def image(self) -> Tensor:
@@ -117,10 +118,13 @@ class Rotary(PositionalEncoding):
 
     def _tables(self, end: int, device: torch.device) -> tuple[Tensor, Tensor]:
         if self._cos.size(0) < end or self._cos.device != device:
-            pos = torch.arange(max(end, 2 * self._cos.size(0), 64), dtype=torch.float64)
-            angle = pos[:, None] * self.inv_freq.to(pos.device)[None]  # (T, Dh/2)
-            angle = torch.cat((angle, angle), dim=-1)  # (T, Dh)
-            self._cos, self._sin = angle.cos().float().to(device), angle.sin().float().to(device)
+            # outside inference mode: tables grown while decoding are saved for backward later
+            with torch.inference_mode(False):
+                pos = torch.arange(max(end, 2 * self._cos.size(0), 64), dtype=torch.float64)
+                angle = pos[:, None] * self.inv_freq.to(pos.device)[None]  # (T, Dh/2)
+                angle = torch.cat((angle, angle), dim=-1)  # (T, Dh)
+                self._cos = angle.cos().float().to(device)
+                self._sin = angle.sin().float().to(device)
         return self._cos, self._sin
 
     def rotate(self, x: Tensor, offset: int = 0) -> Tensor:

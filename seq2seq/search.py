@@ -1,8 +1,10 @@
 """Inference: greedy and batched beam search with a key/value cache.
 
 Both decode a whole batch at once: sentences (and beams) live in one tensor, and finished
-hypotheses are tracked with tensors, not with a Python loop over sentences. Each sentence may
-produce at most a * |src| + b tokens (EOS included).
+hypotheses are tracked with tensors, not with a Python loop over sentences. A sentence that is
+done leaves the batch (its rows of the caches and the source mask are dropped), so later steps
+only compute for sentences still being decoded. Each sentence produces at most a * |src| + b
+tokens and at least `min_len` (EOS included in both; EOS is masked before `min_len`).
 """
 
 from __future__ import annotations
@@ -10,12 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig, LengthPenaltyKind, SearchKind
 from seq2seq.data import sentence_batches
+from seq2seq.layers import LayerCache
 from seq2seq.model import EncoderDecoder
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+NEG_INF = float("-inf")
 
 
 @dataclass
@@ -40,41 +46,84 @@ def length_penalty(length: Tensor, kind: LengthPenaltyKind, alpha: float) -> Ten
     return torch.ones_like(length)
 
 
-def _next_token_logprobs(logits: Tensor) -> Tensor:
-    """Log-probabilities (N, V) of the next token; PAD and BOS are never output."""
-    logprobs = logits.float().log_softmax(-1)  # (N, V)
-    logprobs[:, PAD_ID] = logprobs[:, BOS_ID] = float("-inf")
+@dataclass
+class _Bounds:
+    """Output length bounds (EOS included) of the sentences still being decoded."""
+
+    max_len: Tensor  # (B,) only EOS may follow max_len - 1 tokens
+    min_len: Tensor  # (B,) EOS is masked until min_len - 1 tokens are out (max_len wins)
+
+    def __post_init__(self) -> None:
+        self.min_len = torch.minimum(self.min_len, self.max_len)
+        self.first_max = int(self.max_len.min())  # Python ints: no mask work on most steps
+        self.last_min = int(self.min_len.max())
+
+    def select(self, sentences: Tensor) -> _Bounds:
+        return _Bounds(self.max_len[sentences], self.min_len[sentences])
+
+
+def _logprobs(logits: Tensor, step: int, bounds: _Bounds, group: int) -> Tensor:
+    """Log-probabilities (B, G, V) of token `step` for logits (B*G, V), G hypotheses a sentence.
+
+    PAD and BOS are never output. EOS is masked before a sentence's min length; at its max length
+    only EOS is left, with its own log-probability (the limit charges log p(EOS), like fairseq).
+    """
+    logprobs = logits.float().log_softmax(-1).view(-1, group, logits.size(-1))  # (B, G, V)
+    logprobs[..., PAD_ID] = NEG_INF
+    logprobs[..., BOS_ID] = NEG_INF
+    length = step + 1  # output length if this token is EOS
+    if length < bounds.last_min:
+        logprobs[..., EOS_ID].masked_fill_((length < bounds.min_len)[:, None], NEG_INF)
+    if length >= bounds.first_max:
+        at_limit = (length >= bounds.max_len)[:, None, None]  # (B, 1, 1)
+        eos = logprobs[..., EOS_ID].clone()  # (B, G)
+        logprobs.masked_fill_(at_limit, NEG_INF)
+        logprobs[..., EOS_ID] = eos
     return logprobs
+
+
+def _as_lengths(value: Tensor | int, like: Tensor) -> Tensor:
+    return value if isinstance(value, Tensor) else torch.full_like(like, value)
+
+
+def _keep(cache: list[LayerCache], rows: Tensor, sentences: Tensor | None) -> None:
+    for layer_cache in cache:
+        layer_cache.reorder(rows, sentences)
 
 
 def _strip(ids: list[int]) -> list[int]:
     return ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
 
 
-@torch.no_grad()
-def greedy_search(model: EncoderDecoder, src: Tensor, max_len: Tensor) -> list[Hypothesis]:
-    """Most probable next token at every step, for sources (B, S); stops when all emit EOS."""
+@torch.inference_mode()
+def greedy_search(
+    model: EncoderDecoder, src: Tensor, max_len: Tensor, min_len: Tensor | int = 0
+) -> list[Hypothesis]:
+    """Most probable next token at every step, for sources (B, S); a sentence leaves the batch
+    when it emits EOS, and the search stops when none is left."""
     memory, src_mask = model.encode(src)  # (B, S, D), (B, S)
-    cache = model.new_cache()
-    batch = src.size(0)
-    token = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=src.device)  # (B, 1)
-    done = torch.zeros(batch, dtype=torch.bool, device=src.device)  # (B,)
-    score = torch.zeros(batch, device=src.device)  # (B,)
-    out = []
-    for step in range(int(max_len.max())):
-        logits = model.decode(token, memory, src_mask, cache)[:, -1]  # (B, V)
-        logprobs = _next_token_logprobs(logits)  # (B, V)
-        best = logprobs.argmax(-1)  # (B,)
-        best = torch.where(step + 1 >= max_len, EOS_ID, best)  # length limit reached: stop
-        best = best.masked_fill(done, PAD_ID)
-        score += logprobs.gather(1, best[:, None]).squeeze(1).masked_fill(done, 0.0)
-        out.append(best)
-        done |= best.eq(EOS_ID)
-        if bool(done.all()):
-            break
+    batch, limit, device = src.size(0), int(max_len.max()), src.device
+    bounds = _Bounds(max_len, _as_lengths(min_len, max_len))
+    cache = model.new_cache(limit)
+    out = torch.full((batch, limit), PAD_ID, dtype=torch.long, device=device)  # (B, L)
+    score = torch.zeros(batch, device=device)  # (B,)
+    alive = torch.arange(batch, device=device)  # (N,) sentence of each row still decoding
+    token = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=device)  # (N, 1)
+    for step in range(limit):
+        logits = model.decode(token, memory, src_mask, cache)[:, -1]  # (N, V)
+        best_logprob, best = _logprobs(logits, step, bounds, 1)[:, 0].max(-1)  # (N,) each
+        out[alive, step] = best
+        score[alive] += best_logprob
+        ended = best.eq(EOS_ID)  # (N,)
+        if bool(ended.any()):
+            rows = ended.logical_not().nonzero().squeeze(1)  # (N',)
+            if rows.numel() == 0:
+                break
+            alive, best, bounds = alive[rows], best[rows], bounds.select(rows)
+            memory, src_mask = memory[rows], src_mask[rows]
+            _keep(cache, rows, rows)
         token = best[:, None]
-    ids = torch.stack(out, 1).tolist()  # (B, T)
-    return [Hypothesis(_strip(row), s) for row, s in zip(ids, score.tolist(), strict=True)]
+    return [Hypothesis(_strip(row), s) for row, s in zip(out.tolist(), score.tolist(), strict=True)]
 
 
 @dataclass
@@ -84,86 +133,135 @@ class _Finished:
     score: Tensor  # (B, K) normalized scores, -inf where empty
     tokens: Tensor  # (B, K, L) ids, padded with PAD
 
-    def add(self, score: Tensor, tokens: Tensor) -> None:
-        """Merge candidates score (B, C), tokens (B, C, L) and keep the best K per sentence."""
-        k = self.score.size(1)
-        length = max(self.tokens.size(2), tokens.size(2))
-        pad = torch.nn.functional.pad
-        old = pad(self.tokens, (0, length - self.tokens.size(2)), value=PAD_ID)
-        new = pad(tokens, (0, length - tokens.size(2)), value=PAD_ID)
-        all_score = torch.cat((self.score, score), 1)  # (B, K + C)
-        all_tokens = torch.cat((old, new), 1)  # (B, K + C, L)
-        self.score, idx = all_score.topk(k, dim=1)  # (B, K)
-        self.tokens = all_tokens.gather(1, idx[:, :, None].expand(-1, -1, length))
+    def add(self, sentences: Tensor, score: Tensor, tokens: Tensor) -> None:
+        """Merge candidates score (B', C), tokens (B', C, L) of `sentences` (B',) and keep the
+        best K of each."""
+        k, length = self.score.size(1), self.tokens.size(2)
+        all_score = torch.cat((self.score[sentences], score), 1)  # (B', K + C)
+        all_tokens = torch.cat((self.tokens[sentences], tokens), 1)  # (B', K + C, L)
+        best, idx = all_score.topk(k, dim=1)  # (B', K)
+        self.score[sentences] = best
+        self.tokens[sentences] = all_tokens.gather(1, idx[:, :, None].expand(-1, -1, length))
+
+    def nbest(self, n: int) -> list[list[Hypothesis]]:
+        scores, tokens = self.score[:, :n].tolist(), self.tokens[:, :n].tolist()
+        return [
+            [Hypothesis(_strip([t for t in ids if t != PAD_ID]), s) for ids, s in zip(ts, ss)]
+            for ts, ss in zip(tokens, scores, strict=True)
+        ]
 
 
-@torch.no_grad()
+@dataclass
+class _Beams:
+    """The live hypotheses of the sentences still being decoded, sentence-major: W per sentence,
+    1 at the first step (the K beams would all be the same), then K."""
+
+    sentences: Tensor  # (B',) index in the batch of each sentence still being decoded
+    score: Tensor  # (B', W) summed log-probabilities, -inf for an empty beam
+    tokens: Tensor  # (B'*W, L) ids so far, PAD after them
+    bounds: _Bounds
+    memory: Tensor  # (B', S, D) encoder output, one row per sentence
+    src_mask: Tensor  # (B', S)
+
+    def select(self, live: Tensor) -> None:
+        """Keep only the sentences `live` (B'',)."""
+        k, length = self.score.size(1), self.tokens.size(1)
+        self.sentences, self.score = self.sentences[live], self.score[live]
+        self.tokens = self.tokens.view(-1, k, length)[live].view(-1, length)
+        self.bounds = self.bounds.select(live)
+        self.memory, self.src_mask = self.memory[live], self.src_mask[live]
+
+
+@torch.inference_mode()
 def beam_search(
-    model: EncoderDecoder, src: Tensor, max_len: Tensor, cfg: DecodeConfig
+    model: EncoderDecoder,
+    src: Tensor,
+    max_len: Tensor,
+    cfg: DecodeConfig,
+    min_len: Tensor | int = 0,
 ) -> list[list[Hypothesis]]:
     """Batched beam search (Graves 2012; Sutskever et al. 2014) for sources (B, S).
 
     Each step scores K x V continuations per sentence, keeps the top 2K, moves those ending in
     EOS (within the top K) to the finished set, and continues with the best K others. A sentence
-    is done when it holds K finished hypotheses; the search stops when all are done.
+    is done when it holds K finished hypotheses (or has no live one left) and leaves the batch;
+    the search stops when all are done. The K beams of a sentence share one row of encoder
+    output and cross-attention cache (see DecoderLayer).
     """
     k, device = cfg.beam_size, src.device
-    batch = src.size(0)
-    memory, src_mask = model.encode(src)  # (B, S, D)
-    memory = memory.repeat_interleave(k, 0)  # (B*K, S, D)
-    src_mask = src_mask.repeat_interleave(k, 0)  # (B*K, S)
-    cache = model.new_cache()
-    scores = torch.full((batch, k), float("-inf"), device=device)  # (B, K) raw log-probs
-    scores[:, 0] = 0.0  # all beams start identical: keep one alive
-    tokens = torch.full((batch * k, 1), BOS_ID, dtype=torch.long, device=device)  # (B*K, 1)
+    batch, limit = src.size(0), int(max_len.max())
+    memory, src_mask = model.encode(src)  # (B, S, D), (B, S)
+    score = torch.zeros(batch, 1, device=device)  # (B, 1): one hypothesis per sentence at first
+    tokens = torch.full((batch, limit), PAD_ID, dtype=torch.long, device=device)  # (B, L)
+    bounds = _Bounds(max_len, _as_lengths(min_len, max_len))
+    beams = _Beams(torch.arange(batch, device=device), score, tokens, bounds, memory, src_mask)
     finished = _Finished(
-        torch.full((batch, k), float("-inf"), device=device),
-        torch.full((batch, k, 1), PAD_ID, dtype=torch.long, device=device),
+        torch.full((batch, k), NEG_INF, device=device),
+        torch.full((batch, k, limit), PAD_ID, dtype=torch.long, device=device),
     )
-    offsets = (torch.arange(batch, device=device) * k)[:, None]  # (B, 1)
-    for step in range(int(max_len.max())):
-        logprobs = model.decode(tokens[:, -1:], memory, src_mask, cache)[:, -1]  # (B*K, V)
-        logprobs = _next_token_logprobs(logprobs).view(batch, k, -1)  # (B, K, V)
-        vocab = logprobs.size(-1)
-        at_limit = (step + 1 >= max_len)[:, None, None]  # (B, 1, 1)
-        not_eos = torch.arange(vocab, device=device).ne(EOS_ID)  # (V,)
-        logprobs = logprobs.masked_fill(at_limit & not_eos, float("-inf"))  # only EOS at the limit
-        cand = (scores[:, :, None] + logprobs).view(batch, -1)  # (B, K*V)
-        cand_score, cand_idx = cand.topk(2 * k, dim=1)  # (B, 2K)
-        beam_of, token_of = cand_idx // vocab, cand_idx % vocab  # (B, 2K)
-        rows = (beam_of + offsets).view(-1)  # (B*2K,) rows of `tokens`
-        cand_tokens = torch.cat((tokens[rows], token_of.view(-1, 1)), 1).view(batch, 2 * k, -1)
-        is_eos = token_of.eq(EOS_ID) & cand_score.isfinite()  # (B, 2K)
-        is_eos[:, k:] = False  # only EOS among the top K ends a hypothesis
-        norm = cand_score / length_penalty(torch.tensor(step + 1), cfg.length_penalty, cfg.alpha)
-        finished.add(norm.masked_fill(~is_eos, float("-inf")), cand_tokens[:, :, 1:])
-        done = finished.score[:, -1].isfinite()  # (B,) K finished hypotheses each
-        if bool(done.all()):
+    cache = model.new_cache(limit)
+    token = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=device)  # (B, 1)
+    for step in range(limit):
+        logits = model.decode(token, beams.memory, beams.src_mask, cache)[:, -1]  # (B'*W, V)
+        logprobs = _logprobs(logits, step, beams.bounds, beams.score.size(1))  # (B', W, V)
+        kept = _advance(beams, logprobs, step, finished, cfg)
+        if kept is None:
             break
-        alive_score, alive_pos = cand_score.masked_fill(token_of.eq(EOS_ID), float("-inf")).topk(k)
-        scores = alive_score.masked_fill(done[:, None], float("-inf"))  # (B, K)
-        keep = (alive_pos + (torch.arange(batch, device=device) * 2 * k)[:, None]).view(-1)
-        tokens = cand_tokens.view(batch * 2 * k, -1)[keep]  # (B*K, t+1)
-        reorder = rows[keep]  # (B*K,) which old beam each new beam continues
-        for layer_cache in cache:
-            layer_cache.reorder(reorder)
-    return _nbest(finished, cfg.nbest)
+        _keep(cache, *kept)
+        token = beams.tokens[:, step : step + 1]  # (B'*K, 1)
+    return finished.nbest(cfg.nbest)
 
 
-def _nbest(finished: _Finished, n: int) -> list[list[Hypothesis]]:
-    scores, tokens = finished.score[:, :n].tolist(), finished.tokens[:, :n].tolist()
-    return [
-        [Hypothesis(_strip([t for t in ids if t != PAD_ID]), s) for ids, s in zip(row_t, row_s)]
-        for row_t, row_s in zip(tokens, scores, strict=True)
-    ]
+def _advance(
+    beams: _Beams, logprobs: Tensor, step: int, finished: _Finished, cfg: DecodeConfig
+) -> tuple[Tensor, Tensor | None] | None:
+    """One beam-search step on logprobs (B', W, V) of W live hypotheses per sentence (1 at the
+    first step, then K), updating `beams` and `finished` in place.
+
+    Returns the cache rows to keep (the old hypothesis each new one continues) and the
+    sentences kept (None: all of them), or None when every sentence is done.
+    """
+    nb, width, vocab = logprobs.shape
+    k = cfg.beam_size
+    cand = logprobs.add_(beams.score[:, :, None]).view(nb, width * vocab)  # (B', W*V)
+    if cand.size(1) < 2 * k:  # a tiny vocabulary: pad with impossible candidates
+        cand = F.pad(cand, (0, 2 * k - cand.size(1)), value=NEG_INF)
+    cand_score, cand_idx = cand.topk(2 * k, dim=1)  # (B', 2K)
+    parent = (cand_idx // vocab).clamp(max=width - 1)  # padding points at a real hypothesis
+    rows = parent + torch.arange(0, nb * width, width, device=cand.device)[:, None]
+    token_of = cand_idx % vocab  # (B', 2K); rows (B', 2K) index beams.tokens
+    is_eos = token_of.eq(EOS_ID)  # (B', 2K)
+    alive_score, alive_pos = cand_score.masked_fill(is_eos, NEG_INF).topk(k)  # (B', K)
+    done = alive_score[:, 0].isneginf()  # (B',) nothing left to continue
+    ending = is_eos[:, :k] & cand_score[:, :k].isfinite()  # (B', K) only EOS in the top K ends
+    if bool(ending.any()):
+        penalty = length_penalty(torch.tensor(step + 1), cfg.length_penalty, cfg.alpha)
+        norm = (cand_score[:, :k] / penalty).masked_fill(~ending, NEG_INF)  # (B', K)
+        ended_tokens = beams.tokens[rows[:, :k].reshape(-1)].view(nb, k, -1)  # (B', K, L)
+        finished.add(beams.sentences, norm, ended_tokens)
+        done |= finished.score[beams.sentences, -1].isfinite()  # K finished hypotheses
+    keep = rows.gather(1, alive_pos).view(-1)  # (B'*K,)
+    beams.tokens = beams.tokens[keep]  # (B'*K, L)
+    beams.tokens[:, step] = token_of.gather(1, alive_pos).view(-1)
+    beams.score = alive_score
+    if not bool(done.any()):
+        return keep, None
+    live = done.logical_not().nonzero().squeeze(1)  # (B'',)
+    if live.numel() == 0:
+        return None
+    beams.select(live)
+    return keep.view(nb, k)[live].view(-1), live
 
 
-def decode_batch(model: EncoderDecoder, src: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
-    """Translate a batch of sources (B, S) with the method in cfg: cfg.nbest hypotheses each."""
+def decode_batch(
+    model: EncoderDecoder, src: Tensor, cfg: DecodeConfig, min_len: int = 0
+) -> list[list[Hypothesis]]:
+    """Translate a batch of sources (B, S) with the method in cfg: cfg.nbest hypotheses each,
+    at least min_len tokens long (EOS included) unless the max length a * |src| + b is lower."""
     max_len = max_lengths(src, cfg.max_len_a, cfg.max_len_b)  # (B,)
     if cfg.method == SearchKind.greedy:
-        return [[h] for h in greedy_search(model, src, max_len)]
-    return beam_search(model, src, max_len, cfg)
+        return [[h] for h in greedy_search(model, src, max_len, min_len)]
+    return beam_search(model, src, max_len, cfg, min_len)
 
 
 def pad_sources(seqs: list[list[int]], max_len: int, device: torch.device) -> Tensor:
@@ -173,7 +271,11 @@ def pad_sources(seqs: list[list[int]], max_len: int, device: torch.device) -> Te
 
 
 def translate_ids(
-    model: EncoderDecoder, src_ids: list[list[int]], cfg: DecodeConfig, max_src_len: int = 1024
+    model: EncoderDecoder,
+    src_ids: list[list[int]],
+    cfg: DecodeConfig,
+    max_src_len: int = 1024,
+    min_len: int = 0,
 ) -> list[list[Hypothesis]]:
     """Decode many sources in length-sorted batches; results come back in input order."""
     device = next(model.parameters()).device
@@ -182,7 +284,7 @@ def translate_ids(
     model.eval()
     for index in sentence_batches([len(s) for s in src_ids], cfg.batch_size):
         src = pad_sources([src_ids[i] for i in index], max_src_len, device)  # (B, S)
-        for i, hyps in zip(index, decode_batch(model, src, cfg), strict=True):
+        for i, hyps in zip(index, decode_batch(model, src, cfg, min_len), strict=True):
             results[i] = hyps
     model.train(was_training)
     return results

@@ -14,6 +14,7 @@ from seq2seq.layers import (
     EncoderLayer,
     LayerCache,
     LayerSpec,
+    Linear,
     MultiHeadAttention,
     Residual,
     attention_mask,
@@ -186,20 +187,68 @@ def test_residual_dropout_only_in_training() -> None:
     assert not torch.allclose(res(x, f), res(x, f))
 
 
+def test_linear_decoding_path_matches_f_linear_and_follows_weight_updates() -> None:
+    """Without autograd, Linear may run on oneDNN with a cached packed weight: same results as
+    F.linear, also after an in-place update of the weight (an optimizer step), and training
+    still gets gradients."""
+    torch.manual_seed(0)
+    layer, x = Linear(16, 8), torch.randn(3, 2, 16)
+    with torch.inference_mode():
+        got = layer(x, relu=True)
+    torch.testing.assert_close(got, F.relu(F.linear(x, layer.weight, layer.bias)))
+    with torch.no_grad():
+        layer.weight.mul_(-2.0)
+        got = layer(x)
+    torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias))
+    layer(x).square().sum().backward()
+    assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
+
+
 # --------------------------------------------------------------------------- layers and caches
 
 
 SPEC = LayerSpec(d_model=16, n_heads=4, d_ff=32, dropout=0.0, attn_dropout=0.0, norm_first=True)
 
 
-def test_layer_cache_reorder() -> None:
-    cache = LayerCache(self_k=torch.arange(3.0).view(3, 1, 1, 1), self_v=None)
-    cache.cross_k = torch.arange(3.0).view(3, 1, 1, 1) * 10
+def filled_cache(rows: int, steps: int, capacity: int = 0) -> LayerCache:
+    """A cache whose key at (row r, step t) is 10 * r + t and whose value is its negative."""
+    cache = LayerCache(capacity)
+    for t in range(steps):
+        k = (10.0 * torch.arange(rows) + t).view(rows, 1, 1, 1)  # (N, H=1, 1, Dh=1)
+        cache.append(k, -k)
+    return cache
+
+
+@pytest.mark.parametrize("capacity", [0, 2, 8], ids=["grow-from-empty", "grow", "preallocated"])
+def test_layer_cache_append_keeps_every_step(capacity: int) -> None:
+    cache = filled_cache(rows=2, steps=5, capacity=capacity)
+    assert cache.length == 5 and cache.self_k is not None and cache.self_v is not None
+    assert cache.self_k.shape == (2, 1, 5, 1)
+    assert cache.self_k.flatten(1).tolist() == [[0, 1, 2, 3, 4], [10, 11, 12, 13, 14]]
+    torch.testing.assert_close(cache.self_v, -cache.self_k)
+
+
+def test_layer_cache_append_returns_the_whole_history() -> None:
+    cache = filled_cache(rows=1, steps=2, capacity=4)
+    k, v = cache.append(torch.full((1, 1, 2, 1), 7.0), torch.zeros(1, 1, 2, 1))
+    assert k.flatten().tolist() == [0.0, 1.0, 7.0, 7.0] and v.shape == (1, 1, 4, 1)
+
+
+def test_layer_cache_reorder_rows_and_sentences() -> None:
+    """Hypothesis rows are reordered (repeated, dropped); cross-attention rows are per sentence
+    and only change when sentences are dropped; later appends land after the reordered rows."""
+    cache = filled_cache(rows=3, steps=2, capacity=4)
+    cache.cross_k = torch.arange(2.0).view(2, 1, 1, 1) * 100  # 2 sentences
+    cache.cross_v = -cache.cross_k
     cache.reorder(torch.tensor([2, 2, 0]))
     assert cache.self_k is not None and cache.cross_k is not None
-    assert cache.self_k.view(-1).tolist() == [2.0, 2.0, 0.0]
-    assert cache.cross_k.view(-1).tolist() == [20.0, 20.0, 0.0]
-    assert cache.self_v is None and cache.cross_v is None
+    assert cache.self_k.flatten(1).tolist() == [[20, 21], [20, 21], [0, 1]]
+    assert cache.cross_k.flatten().tolist() == [0.0, 100.0]
+    cache.reorder(torch.tensor([1]), sentences=torch.tensor([1]))
+    assert cache.cross_k.flatten().tolist() == [100.0]
+    assert cache.cross_v is not None and cache.cross_v.flatten().tolist() == [-100.0]
+    cache.append(torch.full((1, 1, 1, 1), 5.0), torch.zeros(1, 1, 1, 1))
+    assert cache.self_k.flatten().tolist() == [20.0, 21.0, 5.0]
 
 
 def test_decoder_layer_cache_matches_full() -> None:
@@ -213,6 +262,23 @@ def test_decoder_layer_cache_matches_full() -> None:
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-4)
     assert cache.self_k is not None and cache.self_k.shape == (2, 4, 5, 4)
     assert cache.cross_k is not None and cache.cross_k.shape == (2, 4, 4, 4)
+
+
+def test_decoder_layer_hypotheses_share_memory_rows() -> None:
+    """N = B * G decoder rows against B memory rows (beam search) equal the same rows against
+    the memory repeated G times, sentence-major, with and without a cache."""
+    torch.manual_seed(0)
+    layer = DecoderLayer(SPEC, PositionalEncoding()).eval()
+    x, memory = torch.randn(6, 3, 16), torch.randn(2, 4, 16)
+    src_mask = torch.tensor([[Y, Y, Y, Y], [Y, Y, N, N]])
+    want = layer(x, memory.repeat_interleave(3, 0), src_mask.repeat_interleave(3, 0))
+    torch.testing.assert_close(layer(x, memory, src_mask), want, atol=1e-5, rtol=1e-4)
+    cache = LayerCache()
+    steps = [layer(x[:, i : i + 1], memory, src_mask, cache) for i in range(3)]
+    torch.testing.assert_close(torch.cat(steps, 1), want, atol=1e-5, rtol=1e-4)
+    assert cache.cross_k is not None and cache.cross_k.size(0) == 2
+    with pytest.raises(ValueError, match="5 decoder rows"):
+        layer(x[:5], memory, src_mask)
 
 
 def test_decoder_layer_respects_source_padding() -> None:

@@ -270,6 +270,23 @@ def test_incremental_decoding_matches_full_recomputation(
     torch.testing.assert_close(torch.cat(parts, dim=1), full, **CACHE_TOL)
 
 
+@pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.value)
+def test_training_after_decoding_in_inference_mode(
+    kind: PosKind, make_model: MakeModel, make_sources: MakeSources
+) -> None:
+    """Search runs under torch.inference_mode; tables it grows (sinusoid, rope) must still work
+    in a later training step (validation decodes between training steps)."""
+    from seq2seq.search import greedy_search
+
+    model = make_model(kind, layers=1)
+    src = make_sources([5, 3], seed=1)
+    greedy_search(model, src, torch.tensor([60, 60]), min_len=60)  # longer than any table yet
+    model.train()
+    tgt_in = torch.cat((torch.full((2, 1), BOS_ID), make_sources([20, 20], seed=2)), dim=1)
+    model(src, tgt_in).square().mean().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
 def test_build_positional_unknown_kind() -> None:
     cfg = PosEncodingConfig(kind="foo")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="foo") as err:

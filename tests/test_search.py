@@ -78,13 +78,17 @@ def beam_cfg(
 # --------------------------------------------------------------------------- greedy
 
 
-def naive_greedy(model: EncoderDecoder, src: torch.Tensor, max_len: int) -> Hypothesis:
+def naive_greedy(
+    model: EncoderDecoder, src: torch.Tensor, max_len: int, min_len: int = 0
+) -> Hypothesis:
     """One sentence (1, S): recompute the whole decoder every step, no cache, no batching."""
     ys, score = [BOS_ID], 0.0
     with torch.no_grad():
         for step in range(max_len):
             logprobs = model(src, torch.tensor([ys]))[0, -1].log_softmax(-1)
             logprobs[[PAD_ID, BOS_ID]] = float("-inf")  # never output
+            if step + 1 < min_len:
+                logprobs[EOS_ID] = float("-inf")
             token = EOS_ID if step + 1 >= max_len else int(logprobs.argmax())
             score += float(logprobs[token])
             if token == EOS_ID:
@@ -93,13 +97,14 @@ def naive_greedy(model: EncoderDecoder, src: torch.Tensor, max_len: int) -> Hypo
     return Hypothesis(ys[1:], score)
 
 
-def test_greedy_matches_naive_loop(model: EncoderDecoder) -> None:
+@pytest.mark.parametrize("min_len", [0, 3])
+def test_greedy_matches_naive_loop(model: EncoderDecoder, min_len: int) -> None:
     src = sources()
     max_len = max_lengths(src, 1.0, 2)
-    got = greedy_search(model, src, max_len)
+    got = greedy_search(model, src, max_len, min_len)
     for i, hyp in enumerate(got):
         length = int(src[i].ne(PAD_ID).sum())
-        want = naive_greedy(model, src[i : i + 1, :length], int(max_len[i]))
+        want = naive_greedy(model, src[i : i + 1, :length], int(max_len[i]), min_len)
         assert hyp.tokens == want.tokens, f"sentence {i}"
         assert hyp.score == pytest.approx(want.score, abs=1e-4)
     assert len({len(h.tokens) for h in got}) > 1  # lengths differ inside the batch
@@ -278,6 +283,111 @@ def test_beam_batch_equals_one_by_one(model: EncoderDecoder, penalty: LengthPena
         (alone,) = beam_search(model, one, max_len[i : i + 1], cfg)
         assert [h.tokens for h in batched[i]] == [h.tokens for h in alone]
         assert [h.score for h in batched[i]] == pytest.approx([h.score for h in alone], abs=1e-4)
+
+
+def reference_beam(
+    model: EncoderDecoder, src: torch.Tensor, max_len: int, cfg: DecodeConfig, min_len: int = 0
+) -> list[Hypothesis]:
+    """The beam search of one sentence (1, S) spelled out: every step re-decodes the K prefixes
+    from scratch (no cache), and the bookkeeping is Python lists (no batching, no shrinking)."""
+    k, inf = cfg.beam_size, float("-inf")
+    beams: list[tuple[list[int], float]] = [([], 0.0)] + [([], inf)] * (k - 1)
+    finished: list[Hypothesis] = []
+    for step in range(max_len):
+        with torch.no_grad():
+            ys = torch.tensor([[BOS_ID, *tokens] for tokens, _ in beams])  # (K, t + 1)
+            logprobs = model(src.expand(k, -1), ys)[:, -1].log_softmax(-1)  # (K, V)
+        logprobs[:, [PAD_ID, BOS_ID]] = inf
+        if step + 1 < min(min_len, max_len):
+            logprobs[:, EOS_ID] = inf
+        if step + 1 >= max_len:  # only EOS is left
+            logprobs[:, [t for t in range(logprobs.size(1)) if t != EOS_ID]] = inf
+        cand = torch.tensor([score for _, score in beams])[:, None] + logprobs  # (K, V)
+        top_score, top_index = cand.flatten().topk(2 * k)
+        alive: list[tuple[list[int], float]] = []
+        for rank, (score, index) in enumerate(zip(top_score.tolist(), top_index.tolist())):
+            tokens, token = beams[index // logprobs.size(1)][0], index % logprobs.size(1)
+            if token == EOS_ID and rank < k and score > inf:
+                norm = float(length_penalty(torch.tensor(step + 1), cfg.length_penalty, cfg.alpha))
+                finished.append(Hypothesis(tokens, score / norm))
+            elif token != EOS_ID and len(alive) < k:
+                alive.append((tokens + [token], score))
+        finished = sorted(finished, key=lambda h: -h.score)[:k]
+        if len(finished) == k or not alive or alive[0][1] == inf:
+            break
+        beams = alive + [([], inf)] * (k - len(alive))
+    return finished[: cfg.nbest]
+
+
+@pytest.mark.parametrize("min_len", [0, 6])
+@pytest.mark.parametrize("penalty", list(LengthPenaltyKind), ids=lambda p: p.value)
+def test_beam_matches_reference_search(
+    model: EncoderDecoder, penalty: LengthPenaltyKind, min_len: int
+) -> None:
+    """The batched, cached, shrinking search returns exactly the reference's hypotheses."""
+    src = sources(seed=5, n=8)
+    cfg = beam_cfg(3, penalty, nbest=3, alpha=0.8)
+    max_len = max_lengths(src, 1.0, 2)
+    got = beam_search(model, src, max_len, cfg, min_len)
+    for i, hyps in enumerate(got):
+        one = src[i : i + 1, : int(src[i].ne(PAD_ID).sum())]
+        want = reference_beam(model, one, int(max_len[i]), cfg, min_len)
+        assert [h.tokens for h in hyps] == [h.tokens for h in want], f"sentence {i}"
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in want], abs=1e-4)
+        assert all(len(h.tokens) + 1 >= min(min_len, int(max_len[i])) for h in hyps)
+
+
+class DecodeSpy:
+    """Wraps model.decode and records the number of decoder rows of every step."""
+
+    def __init__(self, model: EncoderDecoder) -> None:
+        self.rows: list[int] = []
+        self.decode = model.decode
+
+    def __call__(self, tgt_in: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        self.rows.append(tgt_in.size(0))
+        return self.decode(tgt_in, *args, **kwargs)
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_finished_sentences_leave_the_batch(
+    trained: EncoderDecoder, method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows of finished sentences are dropped step by step, the search stops when all are done,
+    and every sentence gets what it gets when decoded alone."""
+    src = sources(seed=3, n=12)
+    cfg = beam_cfg(3, nbest=2) if method == "beam" else DecodeConfig(max_len_a=2.0)
+    spy = DecodeSpy(trained)
+    monkeypatch.setattr(trained, "decode", spy)
+    batched = decode_batch(trained, src, cfg)
+    rows = spy.rows
+    monkeypatch.undo()
+    width = cfg.beam_size if method == "beam" else 1
+    assert rows[0] == 12  # the first step decodes each sentence once (its beams are identical)
+    assert rows[1] == 12 * width and rows[1:] == sorted(rows[1:], reverse=True)
+    assert len(set(rows)) >= 4  # sentences ended at several different steps
+    assert len(rows) < int(max_lengths(src, cfg.max_len_a, cfg.max_len_b).max())
+    for i in range(12):
+        one = src[i : i + 1, : int(src[i].ne(PAD_ID).sum())]
+        assert [h.tokens for h in decode_batch(trained, one, cfg)[0]] == [
+            h.tokens for h in batched[i]
+        ]
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_min_len_equal_to_max_len_forces_the_length(model: EncoderDecoder, method: str) -> None:
+    """min_len = max_len (the benchmarks' forced length): every output has exactly max_len - 1
+    tokens and EOS; a min_len beyond the max length cannot stop the search."""
+    src = sources(n=4)
+    cfg = beam_cfg(3, nbest=3) if method == "beam" else DecodeConfig()
+    for min_len, max_len in [(7, 7), (20, 5)]:
+        limit = torch.full((4,), max_len)
+        search = beam_search if method == "beam" else greedy_search
+        args = (cfg,) if method == "beam" else ()
+        results = search(model, src, limit, *args, min_len=min_len)  # type: ignore[operator]
+        for hyps in results:
+            for h in hyps if isinstance(hyps, list) else [hyps]:
+                assert len(h.tokens) == max_len - 1 and math.isfinite(h.score)
 
 
 # --------------------------------------------------------------------------- helpers
