@@ -11,6 +11,7 @@ HERE = Path(__file__).resolve().parent
 # script, arguments; each writes benchmarks/results/<name>.json and its docs/BENCHMARKS.md section
 BENCHMARKS: list[tuple[str, list[str]]] = [
     ("model_speed.py", []),
+    ("decode.py", []),
 ]
 
 

@@ -1,0 +1,169 @@
+"""The engines benchmarks/decode.py compares, one per process: ours (seq2seq.search), Hugging Face
+transformers (MarianMTModel.generate) and CTranslate2 (float32, int8).
+
+Each gets the same length-sorted batches of token ids and the same settings, decodes them all
+once after one warm-up batch, and returns the outputs and the time. This module imports neither
+torch nor ctranslate2 at the top: the CTranslate2 process never loads torch (the two ship
+different OpenMP runtimes, and sharing one process slows CTranslate2 down).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from seq2seq.model import EncoderDecoder
+
+BEAM = 5
+FORCED = 32  # output tokens in the forced-length modes
+LIMIT = 64  # natural modes: at most this many output tokens, for every engine
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2  # seq2seq.tokenizer's ids (not imported: it loads torch)
+
+
+@dataclass
+class Mode:
+    """A decoding setting: greedy or beam 5, forced to FORCED tokens or natural length."""
+
+    name: str
+    beam: int
+    forced: bool
+
+    @property
+    def limit(self) -> int:
+        """Most output tokens (EOS included where there is one)."""
+        return FORCED if self.forced else LIMIT
+
+
+MODES = {m.name: m for m in [Mode("greedy_forced", 1, True), Mode("beam5_forced", BEAM, True),
+                             Mode("greedy_natural", 1, False),
+                             Mode("beam5_natural", BEAM, False)]}  # fmt: skip
+
+
+@dataclass
+class Inputs:
+    """What every engine decodes: sources (ids without EOS), batches of indices, paths."""
+
+    src_ids: list[list[int]]
+    batches: list[list[int]]
+    vocab: list[str]  # token string of each id (CTranslate2 works on strings)
+    paths: dict[str, str]
+    threads: int
+
+
+Result = tuple[list[list[int]], list[int], float]  # outputs (no EOS), output lengths, seconds
+
+
+def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list[list[int]]]:
+    """Our model and seq2seq.search.translate_ids (length-sorted batches, as the others get)."""
+    import torch
+
+    from seq2seq.config import DecodeConfig, LengthPenaltyKind, SearchKind
+    from seq2seq.search import translate_ids
+
+    torch.set_num_threads(inputs.threads)
+    model = _load_ours(inputs.paths["ours"], len(inputs.vocab) - 1)
+    cfg = DecodeConfig(
+        method=SearchKind.beam if mode.beam > 1 else SearchKind.greedy, beam_size=mode.beam,
+        length_penalty=LengthPenaltyKind.average, alpha=1.0, batch_size=len(inputs.batches[0]),
+        max_len_a=0.0, max_len_b=mode.limit,
+    )  # fmt: skip
+    min_len = FORCED if mode.forced else 0
+
+    def decode(src_ids: list[list[int]]) -> list[list[int]]:
+        return [h[0].tokens for h in translate_ids(model, src_ids, cfg, min_len=min_len)]
+
+    return decode
+
+
+def run_ours(inputs: Inputs, mode: Mode) -> Result:
+    decode = ours_decoder(inputs, mode)
+    decode([inputs.src_ids[i] for i in inputs.batches[0]])  # warm-up
+    start = time.perf_counter()
+    outputs = decode(inputs.src_ids)
+    seconds = time.perf_counter() - start
+    return outputs, [len(t) + 1 for t in outputs], seconds  # every output ends with EOS
+
+
+def _load_ours(path: str, vocab: int) -> EncoderDecoder:
+    import torch
+    from decode_setup import new_model
+
+    model = new_model(vocab)
+    model.load_state_dict(torch.load(path, weights_only=True))
+    return model.eval()
+
+
+def run_hf(inputs: Inputs, mode: Mode) -> Result:
+    import torch
+    from transformers import MarianMTModel
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    torch.set_num_threads(inputs.threads)
+    model = MarianMTModel.from_pretrained(inputs.paths["marian"]).eval()
+
+    def decode(index: list[int]) -> list[list[int]]:
+        rows = [inputs.src_ids[i] + [EOS_ID] for i in index]
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [PAD_ID] * (width - len(r)) for r in rows])  # (B, S)
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids, attention_mask=ids.ne(PAD_ID), num_beams=mode.beam,
+                do_sample=False, max_new_tokens=mode.limit,
+                min_new_tokens=mode.limit if mode.forced else 0,
+                length_penalty=1.0, early_stopping=False, suppress_tokens=[PAD_ID, BOS_ID],
+                decoder_start_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+            )  # fmt: skip
+        return [_until_eos(row[1:]) for row in out.tolist()]
+
+    return _timed(inputs, decode)
+
+
+def _until_eos(row: list[int]) -> list[int]:
+    """Generated ids up to and including the first EOS (HF pads finished rows after it)."""
+    return row[: row.index(EOS_ID) + 1] if EOS_ID in row else row
+
+
+def run_ct2(inputs: Inputs, mode: Mode, compute_type: str) -> Result:
+    import ctranslate2
+
+    translator = ctranslate2.Translator(inputs.paths[f"ct2_{compute_type}"], device="cpu",
+                                        compute_type=compute_type, inter_threads=1,
+                                        intra_threads=inputs.threads)  # fmt: skip
+    index_of = {token: i for i, token in enumerate(inputs.vocab)}
+    pieces = [[inputs.vocab[t] for t in ids] + ["</s>"] for ids in inputs.src_ids]
+
+    def decode(index: list[int]) -> list[list[int]]:
+        results = translator.translate_batch(
+            [pieces[i] for i in index], beam_size=mode.beam, num_hypotheses=1,
+            length_penalty=1.0, max_decoding_length=mode.limit,
+            min_decoding_length=mode.limit if mode.forced else 1, return_end_token=True,
+            suppress_sequences=[["<blank>"], ["<s>"]],
+        )  # fmt: skip
+        return [[index_of[t] for t in r.hypotheses[0]] for r in results]
+
+    return _timed(inputs, decode)
+
+
+def _timed(inputs: Inputs, decode: Callable[[list[int]], list[list[int]]]) -> Result:
+    """Warm up on the first batch, then decode every batch; outputs back in input order."""
+    decode(inputs.batches[0])
+    outputs: list[list[int]] = [[] for _ in inputs.src_ids]
+    start = time.perf_counter()
+    for index in inputs.batches:
+        for i, row in zip(index, decode(index), strict=True):
+            outputs[i] = row
+    seconds = time.perf_counter() - start
+    lengths = [len(row) for row in outputs]
+    return [[t for t in row if t != EOS_ID] for row in outputs], lengths, seconds
+
+
+ENGINES: dict[str, Callable[[Inputs, Mode], Result]] = {
+    "ours": run_ours,
+    "hf": run_hf,
+    "ct2_float32": lambda inputs, mode: run_ct2(inputs, mode, "float32"),
+    "ct2_int8": lambda inputs, mode: run_ct2(inputs, mode, "int8"),
+}
