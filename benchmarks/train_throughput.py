@@ -68,7 +68,7 @@ def marian(cfg: TrainConfig, vocab: int) -> torch.nn.Module:
         decoder_layers=m.dec_layers, encoder_attention_heads=m.n_heads,
         decoder_attention_heads=m.n_heads, encoder_ffn_dim=m.d_ff, decoder_ffn_dim=m.d_ff,
         activation_function="relu", dropout=m.dropout, attention_dropout=m.attn_dropout,
-        activation_dropout=m.dropout, max_position_embeddings=cfg.data.max_len + 2,
+        activation_dropout=m.ffn_dropout, max_position_embeddings=cfg.data.max_len + 2,
         scale_embedding=True, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
         decoder_start_token_id=BOS_ID, share_encoder_decoder_embeddings=True,
     )  # fmt: skip

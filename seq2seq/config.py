@@ -91,8 +91,9 @@ class ModelConfig:
     enc_layers: int = 4  # encoder layers
     dec_layers: int = 4  # decoder layers
     d_ff: int = 256  # feed-forward inner size
-    dropout: float = 0.1  # residual, embedding and FFN dropout
+    dropout: float = 0.1  # residual and embedding dropout
     attn_dropout: float = 0.0  # dropout on attention weights
+    ffn_dropout: float = 0.0  # dropout on the feed-forward hidden activations (after the ReLU)
     norm_first: bool = True  # pre-norm (True) or post-norm (False, Vaswani et al.)
     tie_output: bool = True  # output projection shares the target embedding matrix
     share_embeddings: bool = True  # source and target share embeddings (needs a joint vocab)
@@ -216,6 +217,7 @@ def check_config(cfg: TrainConfig) -> None:
                        ("tokenizer.vocab_size", cfg.tokenizer.vocab_size)]:  # fmt: skip
         _require(value >= 1, key, value, "at least 1")
     for key, value in [("model.dropout", m.dropout), ("model.attn_dropout", m.attn_dropout),
+                       ("model.ffn_dropout", m.ffn_dropout),
                        ("trainer.label_smoothing", t.label_smoothing)]:  # fmt: skip
         _require(0.0 <= value < 1.0, key, value, "in [0, 1)")
     _require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "above 0")

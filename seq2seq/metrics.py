@@ -23,17 +23,94 @@ from seq2seq.search import translate_ids
 from seq2seq.tokenizer import PAD_ID, Tokenizer
 
 
+class _SmoothedNLL(torch.autograd.Function):
+    """Per-token label-smoothed loss and NLL of logits (N, V), with a hand-written backward.
+
+    Backward writes g * (softmax - (1 - eps) * onehot - eps / V) into one (N, V) buffer; autograd
+    through log_softmax, gather and mean makes ~8 passes over (N, V) and as many buffers, which
+    is most of a small model's loss time on a CPU.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+        lprobs = logits.log_softmax(-1)  # (N, V)
+        nll = -lprobs.gather(-1, target[:, None]).squeeze(-1)  # (N,)
+        loss = (1.0 - eps) * nll - eps * lprobs.mean(-1)  # (N,)
+        ctx.save_for_backward(lprobs, target)
+        ctx.eps = eps
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None]:
+        lprobs, target = ctx.saved_tensors
+        eps, g = ctx.eps, grad_loss[:, None]  # (N, 1)
+        grad = lprobs.exp().mul_(g).sub_(g * (eps / lprobs.size(-1)))  # (N, V)
+        return grad.scatter_add_(-1, target[:, None], g * (eps - 1.0)), None, None
+
+
 def label_smoothed_nll(logits: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed loss and summed NLL over non-pad targets (Szegedy et al. 2016).
 
     loss = (1 - eps) * nll + eps * mean over the vocabulary of -log p; logits (N, V), target (N,).
+    Computed in float32 whatever the logits' dtype; only the loss carries a gradient.
     """
-    lprobs = logits.float().log_softmax(-1)  # (N, V)
     keep = target.ne(PAD_ID)  # (N,)
-    nll = -lprobs.gather(-1, target[:, None]).squeeze(-1)  # (N,)
-    smooth = -lprobs.mean(-1)  # (N,)
-    loss = (1.0 - eps) * nll + eps * smooth
-    return loss[keep].sum(), nll[keep].sum()
+    if not bool(keep.all()):
+        logits, target = logits[keep], target[keep]  # (N', V), (N',)
+    loss, nll = _SmoothedNLL.apply(logits.float(), target, eps)  # (N',) each
+    return loss.sum(), nll.sum()
+
+
+class _LinearSmoothedNLL(torch.autograd.Function):
+    """Summed label-smoothed loss and NLL of hidden states (N, D) through the output layer
+    (V, D), chunk by chunk: each chunk's logits, loss and gradients are made while its (c, V)
+    logits are still in cache, and the (N, V) logits never exist (the idea of Liger Kernel's
+    fused linear cross-entropy, Hsu et al. 2024). The gradients are computed in forward and
+    scaled by the incoming gradient in backward, so the loss must be summed (it is)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, eps: float, chunk: int
+    ) -> tuple[Tensor, Tensor]:
+        dtype = torch.get_autocast_dtype(hidden.device.type)
+        if not torch.is_autocast_enabled(hidden.device.type):
+            dtype = hidden.dtype
+        with torch.autocast(hidden.device.type, enabled=False):
+            h_all, w = hidden.to(dtype), weight.to(dtype)  # (N, D), (V, D)
+            grad_hidden = torch.empty_like(h_all)  # (N, D)
+            grad_weight = torch.zeros_like(weight, dtype=torch.float32)  # (V, D)
+            loss = nll = torch.zeros((), device=hidden.device)
+            for start in range(0, h_all.size(0), chunk):
+                h, t = h_all[start : start + chunk], target[start : start + chunk, None]
+                lprobs = (h @ w.T).float().log_softmax(-1)  # (c, V)
+                nll_c = -lprobs.gather(-1, t).sum()
+                loss = loss + (1.0 - eps) * nll_c - eps * lprobs.mean(-1).sum()
+                nll = nll + nll_c
+                grad = lprobs.exp_().sub_(eps / w.size(0))  # (c, V): softmax - eps / V
+                grad = grad.scatter_add_(-1, t, grad.new_full(t.shape, eps - 1.0)).to(dtype)
+                grad_hidden[start : start + chunk] = grad @ w  # (c, D)
+                grad_weight.addmm_(grad.T.float(), h.float())  # (V, D)
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.dtypes = (hidden.dtype, weight.dtype)
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor | None, ...]:
+        grad_hidden, grad_weight = ctx.saved_tensors
+        dh, dw = ctx.dtypes
+        return (grad_hidden * grad_loss).to(dh), (grad_weight * grad_loss).to(dw), None, None, None
+
+
+def linear_label_smoothed_nll(
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, chunk: int = 256
+) -> tuple[Tensor, Tensor]:
+    """label_smoothed_nll(hidden @ weight.T, target, eps) for hidden states (N, D), output
+    weights (V, D) and targets (N,) without padding, computed `chunk` rows at a time: on a CPU
+    about twice as fast as making the (N, V) logits first (their passes over memory dominate).
+    Only the loss carries a gradient."""
+    return _LinearSmoothedNLL.apply(hidden, weight, target, eps, chunk)
 
 
 @torch.no_grad()

@@ -11,7 +11,7 @@ import math
 from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
-from seq2seq.layers import DecoderLayer, EncoderLayer, LayerCache, LayerSpec, Linear
+from seq2seq.layers import DecoderLayer, EncoderLayer, LayerCache, LayerSpec, Linear, dropout
 from seq2seq.positional import PositionalEncoding
 from seq2seq.tokenizer import PAD_ID
 
@@ -34,8 +34,9 @@ class EncoderDecoder(nn.Module):
     ) -> None:
         super().__init__()
         spec = LayerSpec(
-            cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attn_dropout, cfg.norm_first
-        )
+            cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attn_dropout, cfg.ffn_dropout,
+            cfg.norm_first,
+        )  # fmt: skip
         self.cfg, self.scale = cfg, math.sqrt(cfg.d_model)
         self.src_embed = nn.Embedding(src_vocab, cfg.d_model, padding_idx=PAD_ID)
         if cfg.share_embeddings:
@@ -54,7 +55,6 @@ class EncoderDecoder(nn.Module):
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.out = Linear(cfg.d_model, tgt_vocab, bias=False)
-        self.dropout = nn.Dropout(cfg.dropout)
         self._init_weights()
         if cfg.tie_output:
             self.out.weight = self.tgt_embed.weight
@@ -73,7 +73,7 @@ class EncoderDecoder(nn.Module):
         self, ids: Tensor, table: nn.Embedding, pos: PositionalEncoding, offset: int
     ) -> Tensor:
         x = table(ids) * self.scale  # (B, T, D)
-        return self.dropout(pos.embed(x, offset))
+        return dropout(pos.embed(x, offset), self.cfg.dropout, self.training)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) ids -> memory (B, S, D) and src_mask (B, S), True at real tokens."""
@@ -89,8 +89,10 @@ class EncoderDecoder(nn.Module):
         memory: Tensor,
         src_mask: Tensor,
         cache: list[LayerCache] | None = None,
+        hidden: bool = False,
     ) -> Tensor:
-        """Decoder inputs (N, T) -> logits (N, T, V).
+        """Decoder inputs (N, T) -> logits (N, T, V), or the final hidden states (N, T, D) before
+        the output layer when `hidden`.
 
         memory (B, S, D) and src_mask (B, S) may have one row per sentence for N = B * G decoder
         rows, G hypotheses per sentence in sentence-major order (beam search).
@@ -101,17 +103,25 @@ class EncoderDecoder(nn.Module):
         x = self._embed(tgt_in, self.tgt_embed, self.dec_pos, offset)  # (N, T, D)
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, src_mask, None if cache is None else cache[i])
-        return self.out(self.dec_norm(x))  # (N, T, V)
+        x = self.dec_norm(x)  # (N, T, D)
+        return x if hidden else self.out(x)  # (N, T, D) or (N, T, V)
 
     def new_cache(self, capacity: int = 0) -> list[LayerCache]:
         """Empty per-layer key/value caches for incremental decoding, with room for `capacity`
         positions before they grow."""
         return [LayerCache(capacity) for _ in self.decoder]
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher-forced logits (B, T, V) for sources (B, S) and decoder inputs (B, T)."""
+    def forward(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
+        """Teacher-forced logits (B, T, V) for sources (B, S) and decoder inputs (B, T).
+
+        Given `keep` (B, T), the decoder's final hidden states (K, D) at its K True positions
+        come back instead, for a loss that applies the output layer `self.out` itself
+        (metrics.linear_label_smoothed_nll, as training does).
+        """
         memory, src_mask = self.encode(src)
-        return self.decode(tgt_in, memory, src_mask)
+        if keep is None:
+            return self.decode(tgt_in, memory, src_mask)
+        return self.decode(tgt_in, memory, src_mask, hidden=True)[keep]  # (K, D)
 
     def num_params(self) -> int:
         """Trainable parameters, counting shared matrices once."""

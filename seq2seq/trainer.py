@@ -48,11 +48,11 @@ from seq2seq.distributed import NullWriter, all_reduce_sum, broadcast, init_dist
 from seq2seq.evaluate import format_scores, score
 from seq2seq.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.interrupt import StopSignals, TrainingInterrupted
-from seq2seq.metrics import Window, label_smoothed_nll, validate
+from seq2seq.metrics import Window, linear_label_smoothed_nll, validate
 from seq2seq.resume import ResumeError, data_fingerprint, restore_rng, rng_state
 from seq2seq.rundir import LOG_NAME, StepLog
 from seq2seq.search import translate_ids
-from seq2seq.tokenizer import tokenizer_from_state
+from seq2seq.tokenizer import PAD_ID, tokenizer_from_state
 
 log = logging.getLogger(__name__)
 
@@ -205,11 +205,12 @@ class Trainer:
 
     def batch_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """Summed label-smoothed loss and NLL of one batch (teacher forcing)."""
+        real = batch.tgt_out.ne(PAD_ID)  # (B, T): no logits are computed for padding
         with self.autocast():
-            logits = self.forward(batch.src, batch.tgt_in)  # (B, T, V)
-        return label_smoothed_nll(
-            logits.flatten(0, 1), batch.tgt_out.flatten(), self.cfg.trainer.label_smoothing
-        )
+            hidden = self.forward(batch.src, batch.tgt_in, real)  # (K, D)
+            return linear_label_smoothed_nll(
+                hidden, self.model.out.weight, batch.tgt_out[real], self.cfg.trainer.label_smoothing
+            )
 
     def train_step(self, group: list[Batch]) -> dict[str, float] | None:
         """One optimizer step over `group` (gradient accumulation); returns loss statistics,

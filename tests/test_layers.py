@@ -207,7 +207,9 @@ def test_linear_decoding_path_matches_f_linear_and_follows_weight_updates() -> N
 # --------------------------------------------------------------------------- layers and caches
 
 
-SPEC = LayerSpec(d_model=16, n_heads=4, d_ff=32, dropout=0.0, attn_dropout=0.0, norm_first=True)
+SPEC = LayerSpec(
+    d_model=16, n_heads=4, d_ff=32, dropout=0.0, attn_dropout=0.0, ffn_dropout=0.0, norm_first=True
+)
 
 
 def filled_cache(rows: int, steps: int, capacity: int = 0) -> LayerCache:
