@@ -4,10 +4,12 @@
         [--precision fp32|bf16] [--dropout 0.1] [--max-tokens 4096] [--no-doc]
 
 Both engines: d=256, 3+3 layers, 4 heads, FFN 1024, post-norm, ReLU, scaled embeddings, tied
-joint sentencepiece BPE vocabulary of 8000 (trained on Multi30k train, cached), dropout 0.1 (our
-FFN hidden dropout is Marian's activation_dropout), label-smoothed (0.1) cross-entropy per target
-token (our label_smoothed_nll for both), AdamW with the same warmup + inverse-sqrt schedule,
-clipping 1.0, on the CPU (fp32, or bf16 autocast for both). The batches are the first of epoch
+joint sentencepiece BPE vocabulary of 8000 (trained on Multi30k train, cached), dropout 0.1 (no
+dropout on the FFN's hidden units: our model.ffn_dropout, Marian's activation_dropout),
+label-smoothed (0.1) cross-entropy per target token (ours: the Trainer's fused output layer and
+loss; Marian: logits, then PyTorch's F.cross_entropy with label_smoothing, the same function),
+AdamW with the same warmup + inverse-sqrt schedule, clipping 1.0, on the CPU (fp32, or bf16
+autocast for both). The batches are the first of epoch
 0 from data.token_batches (length-bucketed, --max-tokens padded tokens), collated before timing.
 Each engine runs in its own child process (for its peak RSS); the repeats alternate the order of
 the engines. Marian starts from our model's initial weights (copied: fused key/value projections
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from common import ROOT, median, peak_rss_mb, update_doc, write_json
 from hydra import compose, initialize_config_dir
 
@@ -126,7 +129,10 @@ def hf_step(
     returns the loss per target token."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         logits = hf_logits(model, batch)  # (B, T, V)
-    loss, _ = label_smoothed_nll(logits.flatten(0, 1), batch.tgt_out.flatten(), smoothing)
+    loss = F.cross_entropy(  # the label-smoothed loss as PyTorch ships it (equal to ours)
+        logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID,
+        reduction="sum", label_smoothing=smoothing,
+    )  # fmt: skip
     tokens = batch.tgt_tokens
     (loss / tokens).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
