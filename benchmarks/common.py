@@ -46,7 +46,8 @@ def median(values: list[float]) -> float:
 
 
 def command() -> str:
-    return "python " + " ".join([str(Path(sys.argv[0]).relative_to(ROOT))] + sys.argv[1:])
+    script = Path(sys.argv[0]).resolve().relative_to(ROOT)
+    return "python " + " ".join([str(script)] + sys.argv[1:])
 
 
 def write_json(name: str, payload: dict) -> Path:

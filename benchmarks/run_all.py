@@ -12,6 +12,8 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS: list[tuple[str, list[str]]] = [
     ("model_speed.py", []),
     ("decode.py", []),
+    ("train_throughput.py", []),
+    ("train_throughput.py", ["--precision", "bf16"]),
 ]
 
 

@@ -52,6 +52,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         "optim.clip_norm=1.0", f"trainer.max_tokens={args.max_tokens}",
         f"trainer.threads={args.threads}", "trainer.device=cpu", "trainer.label_smoothing=0.1",
         "trainer.progress=false", f"trainer.precision={args.precision}",
+        f"trainer.compile={str(args.compile).lower()}",
     ]  # fmt: skip
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         from omegaconf import OmegaConf
@@ -212,7 +213,7 @@ def child(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--engine", engine, "--data", args.data,
            "--steps", str(args.warmup + args.steps), "--threads", str(args.threads),
            "--max-tokens", str(args.max_tokens), "--precision", args.precision,
-           "--dropout", str(args.dropout)]  # fmt: skip
+           "--dropout", str(args.dropout)] + (["--compile"] if args.compile else [])  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if out.returncode != 0:
@@ -251,7 +252,8 @@ def report(result: dict[str, Any]) -> str:
         "d=256, 3+3 layers, 4 heads, FFN 1024, post-norm, joint BPE 8000 (Multi30k train), "
         f"batches of <= {result['max_tokens']} padded tokens (epoch 0's first, length-bucketed), "
         f"label smoothing 0.1, AdamW, clipping 1.0, {result['precision']}, "
-        f"{result['threads']} threads. Medians of {result['repeats']} repeats (engine order "
+        + ("ours torch.compile'd, " if result.get("compile") else "")
+        + f"{result['threads']} threads. Medians of {result['repeats']} repeats (engine order "
         "alternating, each in its own process) of "
         f"{result['steps']} timed steps after {result['warmup']} warm-up steps.\n\n"
         + "\n".join(rows)
@@ -276,6 +278,7 @@ def main() -> None:
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                         help="both engines (bf16: CPU autocast)")  # fmt: skip
     parser.add_argument("--dropout", type=float, default=0.1, help="0: loss curves must agree")
+    parser.add_argument("--compile", action="store_true", help="ours: trainer.compile=true")
     parser.add_argument("--engine", choices=ENGINES, help="(internal) run one engine, print JSON")
     parser.add_argument("--no-doc", action="store_true", help="skip docs and results/")
     args = parser.parse_args()
@@ -297,11 +300,14 @@ def main() -> None:
                   loss_curves={e: runs[e][0]["losses"] for e in ENGINES}, repeats=args.repeats,
                   steps=args.steps, warmup=args.warmup, steps_total=args.steps + args.warmup,
                   threads=args.threads, max_tokens=args.max_tokens,
-                  precision=args.precision, dropout=args.dropout)  # fmt: skip
+                  precision=args.precision, dropout=args.dropout,
+                  compile=args.compile)  # fmt: skip
     print(json.dumps(result, indent=2))
     if not args.no_doc:
-        write_json("train_throughput", result)
-        update_doc("train_throughput", "Training throughput: seq2seq vs HF Marian", report(result))
+        name = "train_throughput" + ("" if args.precision == "fp32" else f"_{args.precision}")
+        title = f"Training throughput: seq2seq vs HF Marian ({args.precision})"
+        write_json(name, result)
+        update_doc(name, title, report(result))
 
 
 if __name__ == "__main__":

@@ -176,3 +176,18 @@ def test_a_few_adam_steps_lower_the_loss_on_a_copy_task(
     with torch.no_grad():
         end = loss_on(eval_src).item()
     assert end < 0.7 * start, (start, end)
+
+
+def test_forward_with_keep_returns_hidden_states_at_real_positions(
+    make_model: MakeModel, make_sources: MakeSources
+) -> None:
+    model = make_model(PosKind.sinusoidal, layers=2).eval()
+    src = make_sources([6, 4], seed=3)
+    tgt_in = with_bos(make_sources([7, 3], seed=4))
+    keep = tgt_in.ne(PAD_ID)
+    keep[0, 2] = False  # any mask: the rows come back in row-major order
+    with torch.no_grad():
+        logits = model(src, tgt_in)  # (B, T, V)
+        hidden = model(src, tgt_in, keep)  # (K, D)
+    assert hidden.shape == (int(keep.sum()), model.cfg.d_model)
+    torch.testing.assert_close(model.out(hidden), logits[keep], **TOL)
