@@ -23,6 +23,18 @@ from seq2seq.search import translate_ids
 from seq2seq.tokenizer import PAD_ID, Tokenizer
 
 
+def _smoothed_terms(lprobs: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """Per-token label-smoothed loss and NLL (N,) from log-probabilities (N, V)."""
+    nll = -lprobs.gather(-1, target[:, None]).squeeze(-1)  # (N,)
+    return (1.0 - eps) * nll - eps * lprobs.mean(-1), nll
+
+
+def _smoothed_grad(probs: Tensor, target: Tensor, eps: float) -> Tensor:
+    """d loss / d logits = softmax - (1 - eps) * onehot - eps / V, written into `probs` (N, V)."""
+    probs.sub_(eps / probs.size(-1))
+    return probs.scatter_add_(-1, target[:, None], probs.new_full((target.numel(), 1), eps - 1.0))
+
+
 class _SmoothedNLL(torch.autograd.Function):
     """Per-token label-smoothed loss and NLL of logits (N, V), with a hand-written backward.
 
@@ -34,8 +46,7 @@ class _SmoothedNLL(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, logits: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
         lprobs = logits.log_softmax(-1)  # (N, V)
-        nll = -lprobs.gather(-1, target[:, None]).squeeze(-1)  # (N,)
-        loss = (1.0 - eps) * nll - eps * lprobs.mean(-1)  # (N,)
+        loss, nll = _smoothed_terms(lprobs, target, eps)  # (N,) each
         ctx.save_for_backward(lprobs, target)
         ctx.eps = eps
         ctx.mark_non_differentiable(nll)
@@ -44,9 +55,8 @@ class _SmoothedNLL(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None]:
         lprobs, target = ctx.saved_tensors
-        eps, g = ctx.eps, grad_loss[:, None]  # (N, 1)
-        grad = lprobs.exp().mul_(g).sub_(g * (eps / lprobs.size(-1)))  # (N, V)
-        return grad.scatter_add_(-1, target[:, None], g * (eps - 1.0)), None, None
+        grad = _smoothed_grad(lprobs.exp(), target, ctx.eps)  # (N, V)
+        return grad.mul_(grad_loss[:, None]), None, None
 
 
 def label_smoothed_nll(logits: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
@@ -82,13 +92,11 @@ class _LinearSmoothedNLL(torch.autograd.Function):
             grad_weight = torch.zeros_like(weight, dtype=torch.float32)  # (V, D)
             loss = nll = torch.zeros((), device=hidden.device)
             for start in range(0, h_all.size(0), chunk):
-                h, t = h_all[start : start + chunk], target[start : start + chunk, None]
+                h, t = h_all[start : start + chunk], target[start : start + chunk]
                 lprobs = (h @ w.T).float().log_softmax(-1)  # (c, V)
-                nll_c = -lprobs.gather(-1, t).sum()
-                loss = loss + (1.0 - eps) * nll_c - eps * lprobs.mean(-1).sum()
-                nll = nll + nll_c
-                grad = lprobs.exp_().sub_(eps / w.size(0))  # (c, V): softmax - eps / V
-                grad = grad.scatter_add_(-1, t, grad.new_full(t.shape, eps - 1.0)).to(dtype)
+                loss_c, nll_c = _smoothed_terms(lprobs, t, eps)  # (c,) each
+                loss, nll = loss + loss_c.sum(), nll + nll_c.sum()
+                grad = _smoothed_grad(lprobs.exp_(), t, eps).to(dtype)  # (c, V)
                 grad_hidden[start : start + chunk] = grad @ w  # (c, D)
                 grad_weight.addmm_(grad.T.float(), h.float())  # (V, D)
         ctx.save_for_backward(grad_hidden, grad_weight)

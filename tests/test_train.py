@@ -3,7 +3,6 @@ it (train -> checkpoints -> results.json -> translate -> evaluate, in-process an
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import os
@@ -32,11 +31,11 @@ from seq2seq.config import (
 from seq2seq.data import DataError
 from seq2seq.tokenizer import PAD_ID
 from seq2seq.train import label_smoothed_nll, train
+from tests.tiny_run import write_slice
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 BIN = Path(sys.executable).parent
-NUMBERS = REPO / "data" / "numbers"
 
 # --------------------------------------------------------------------------- loss
 
@@ -110,16 +109,6 @@ class Run:
 SLICE = {"train": 2000, "valid": 50, "test": 50}
 
 
-def write_slice(folder: Path) -> None:
-    """The first lines of data/numbers, as plain {split}.{lang} files."""
-    folder.mkdir(parents=True)
-    for split, n in SLICE.items():
-        for lang in ("en", "de"):
-            with gzip.open(NUMBERS / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                lines = [next(f) for _ in range(n)]
-            (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
-
-
 def compose_train(overrides: list[str]) -> TrainConfig:
     register_configs()
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
@@ -133,7 +122,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """Train a tiny model for 60 steps on 2000 pairs (a few seconds on one CPU thread)."""
     root = tmp_path_factory.mktemp("e2e")
     data = root / "data"
-    write_slice(data)
+    write_slice(data, SLICE)
     cfg = compose_train(
         [
             f"data.root={data}",
