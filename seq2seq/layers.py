@@ -166,12 +166,16 @@ def attention_mask(
     return mask
 
 
-def _few_queries(q: Tensor, mask: Tensor | None) -> bool:
-    """Decoding steps on a CPU: a few queries per row (one new token, or the beams of a sentence
-    folded into one row) run faster as two batched matmuls than in SDPA's blocked CPU kernel,
-    except a single query under a padding mask (measured with 2 threads: 1.2-2.5x either way)."""
+def _matmul_attention(q: Tensor, mask: Tensor | None) -> bool:
+    """Where two batched matmuls beat SDPA's CPU kernel (measured with 2 threads):
+    - decoding steps: a few queries per row (one new token, or the beams of a sentence folded
+      into one row), except a single query under a padding mask (1.2-2.5x either way);
+    - bfloat16 (autocast training): SDPA's bf16 CPU kernel is ~3x slower than its own fp32 one,
+      and ~8x slower than bf16 matmuls with a float32 softmax (forward + backward, Dh 32-64)."""
+    if q.device.type != "cpu":
+        return False
     q_len = q.size(-2)
-    return q.device.type == "cpu" and q_len <= 8 and (q_len > 1 or mask is None)
+    return q.dtype == torch.bfloat16 or (q_len <= 8 and (q_len > 1 or mask is None))
 
 
 class MultiHeadAttention(nn.Module):
@@ -179,7 +183,7 @@ class MultiHeadAttention(nn.Module):
 
     Calls the positional hooks `rotate` (queries and keys) and `bias` (logits), and `values` when
     the encoding asks for the attention weights. Runs on `F.scaled_dot_product_attention` unless
-    the weights are needed or a CPU decoding step is faster without it (`_few_queries`).
+    the weights are needed or two matmuls are faster on a CPU (`_matmul_attention`).
     """
 
     def __init__(
@@ -232,13 +236,14 @@ class MultiHeadAttention(nn.Module):
         bias = self.pos.bias(q, offset, k_len)  # (B|1, H, Tq, Tk) or None
         mask = attention_mask(key_mask, self.causal, q_len, k_len, q.device)
         p = self.dropout if self.training else 0.0
-        if self.pos.needs_weights or _few_queries(q, mask):
+        if self.pos.needs_weights or _matmul_attention(q, mask):
             logits = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, H, Tq, Tk)
             if bias is not None:
                 logits = logits + bias
             if mask is not None:
                 logits = logits.masked_fill(~mask, float("-inf"))
-            weights = dropout(logits.softmax(-1), p, self.training)  # (B, H, Tq, Tk)
+            weights = logits.softmax(-1, dtype=torch.float32).to(v.dtype)  # (B, H, Tq, Tk)
+            weights = dropout(weights, p, self.training)
             out = weights @ v  # (B, H, Tq, Dh)
             extra = self.pos.values(weights, offset)
             return out if extra is None else out + extra

@@ -98,7 +98,10 @@ class _LinearSmoothedNLL(torch.autograd.Function):
                 loss, nll = loss + loss_c.sum(), nll + nll_c.sum()
                 grad = _smoothed_grad(lprobs.exp_(), t, eps).to(dtype)  # (c, V)
                 grad_hidden[start : start + chunk] = grad @ w  # (c, D)
-                grad_weight.addmm_(grad.T.float(), h.float())  # (V, D)
+                if dtype == torch.float32:
+                    grad_weight.addmm_(grad.T, h)  # (V, D)
+                else:  # each chunk's product in autocast's dtype, as for any linear layer
+                    grad_weight.add_(grad.T @ h)  # (V, D)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.dtypes = (hidden.dtype, weight.dtype)
         ctx.mark_non_differentiable(nll)

@@ -118,6 +118,35 @@ def alibi_slopes_of(pos: PositionalEncoding) -> torch.Tensor | None:
     return pos.slopes if isinstance(pos, ALiBi) else None
 
 
+@pytest.mark.parametrize("alibi", [False, True], ids=["nobias", "alibi"])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
+def test_bf16_autocast_attention_matches_float32(
+    alibi: bool, causal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under CPU bf16 autocast (training) attention runs as bf16 matmuls around a float32
+    softmax, not SDPA (slow in bf16 on a CPU); outputs and gradients stay within bf16 rounding
+    of float32 SDPA, masks included."""
+    torch.manual_seed(0)
+    pos = ALiBi(4) if alibi else PositionalEncoding()
+    attn = MultiHeadAttention(32, 4, dropout=0.0, pos=pos, causal=causal)
+    x = torch.randn(3, 7, 32, requires_grad=True)
+    key_mask = torch.tensor([[Y] * 7, [Y] * 4 + [N] * 3, [Y, Y] + [N] * 5])
+    want = attn(x, key_mask=key_mask)
+    want_grads = torch.autograd.grad(want.square().sum(), [x, attn.q_proj.weight])
+
+    def no_sdpa(*args: object, **kwargs: object) -> None:
+        raise AssertionError("SDPA called under bf16 autocast on a CPU")
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", no_sdpa)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = attn(x, key_mask=key_mask)
+    assert got.dtype == torch.bfloat16
+    got_grads = torch.autograd.grad(got.float().square().sum(), [x, attn.q_proj.weight])
+    torch.testing.assert_close(got.float(), want, rtol=0.05, atol=0.02)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=0.05, atol=0.05 * float(w.abs().max()))
+
+
 def test_attention_weights_path_matches_reference() -> None:
     """Shaw attention takes the explicit-softmax path; with zero relative tables it must equal
     plain attention, masks included."""
