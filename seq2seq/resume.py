@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
 
     quoted = str(run_dir).replace("\\", "\\\\").replace("'", "\\'")
     sys.argv = [sys.argv[0], *overrides, f"hydra.run.dir='{quoted}'"]
-    train.main()
+    train.cli()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,7 +29,13 @@ from seq2seq.data import DataError
 from seq2seq.distributed import broadcast, cleanup, init_distributed
 from seq2seq.interrupt import TrainingInterrupted
 from seq2seq.metrics import label_smoothed_nll
-from seq2seq.resume import ResumeError, check_compatible, find_checkpoint, record_overrides
+from seq2seq.resume import (
+    ResumeError,
+    check_compatible,
+    find_checkpoint,
+    merge_overrides,
+    record_overrides,
+)
 from seq2seq.rundir import RunDirError, RunLock, check_free_space, check_writable
 from seq2seq.trainer import NonFiniteLossError, Resume, Trainer, TrainState
 
@@ -38,6 +45,7 @@ __all__ = [
     "NonFiniteLossError",
     "TrainState",
     "Trainer",
+    "cli",
     "label_smoothed_nll",
     "main",
     "train",
@@ -162,5 +170,17 @@ def main(cfg: DictConfig) -> float:
     return float(next(iter(results.values()))["bleu"]) if results else 0.0
 
 
-if __name__ == "__main__":
+# torchrun ranks other than 0 get no run directory, .hydra/ copy or log file from Hydra: the
+# job's run directory is rank 0's (main broadcasts it), and rank 0 alone writes there.
+WORKER_OVERRIDES = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
+
+
+def cli() -> None:
+    """seq2seq-train: `main` with WORKER_OVERRIDES added on torchrun ranks other than 0."""
+    if int(os.environ.get("RANK", "0")) > 0:
+        sys.argv = [sys.argv[0], *merge_overrides(sys.argv[1:], WORKER_OVERRIDES)]
     main()
+
+
+if __name__ == "__main__":
+    cli()

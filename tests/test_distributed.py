@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import torch.multiprocessing as mp
 
 from seq2seq.distributed import DistInfo, cleanup, shard
 from seq2seq.trainer import Trainer
-from tests.tiny_run import compose_train, tiny_overrides, write_slice
+from tests.tiny_run import child_env, compose_train, tiny_overrides, write_slice
 
 STEPS = 3
 
@@ -86,3 +88,28 @@ def test_two_gloo_ranks_match_single_process_with_accumulation(tmp_path: Path) -
     assert len(ddp_losses) == STEPS
     assert ddp_losses == pytest.approx(single_losses, rel=1e-5)
     assert (tmp_path / "ddp" / "checkpoints" / "last.pt").exists()
+
+
+def test_torchrun_ranks_other_than_0_leave_no_hydra_files(tmp_path: Path) -> None:
+    """seq2seq-train as torchrun starts it, without hydra.run.dir: rank 0 makes the run
+    directory (.hydra/, train.log, checkpoints, results) and rank 1, started in another working
+    directory, writes nothing there (Hydra would give it its own run dir, .hydra/ and log)."""
+    data, cache = write_slice(tmp_path / "data"), tmp_path / "cache"
+    args = overrides(data, cache, 1)
+    cwds = [tmp_path / "rank0", tmp_path / "rank1"]
+    procs = []
+    port = str(free_port())
+    for rank, cwd in enumerate(cwds):
+        cwd.mkdir()
+        env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
+                        WORLD_SIZE="2", LOCAL_RANK=str(rank))  # fmt: skip
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "seq2seq.train", *args, "name=ddp_cli"], cwd=cwd, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        ))  # fmt: skip
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert list(cwds[1].iterdir()) == []
+    (run_dir,) = (cwds[0] / "outputs" / "ddp_cli").iterdir()
+    for name in (".hydra/config.yaml", "train.log", "results.json", "checkpoints/last.pt"):
+        assert (run_dir / name).exists(), name

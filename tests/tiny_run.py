@@ -92,7 +92,7 @@ def train_step(self, group):
     return original(self, group)
 train.Trainer.train_step = train_step
 sys.argv = ["seq2seq-train", *sys.argv[1:]]
-train.main()
+train.cli()
 """
 
 
