@@ -38,10 +38,15 @@ def overrides(data: Path, cache: Path, accum: int) -> list[str]:
     return tiny_overrides(data, cache, *extra)
 
 
+def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
+    """The variables torchrun sets for one rank on this machine."""
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+            "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)}  # fmt: skip
+
+
 def _worker(rank: int, world: int, port: int, args: list[str], run_dir: str, out: str) -> None:
     """One torchrun-like rank: train STEPS steps, save this rank's weights to out/rank{rank}.pt."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))  # fmt: skip
+    os.environ.update(rank_env(rank, world, port))
     torch.set_num_threads(1)
     try:
         trainer = Trainer(compose_train(args), Path(run_dir))
@@ -98,11 +103,10 @@ def test_torchrun_ranks_other_than_0_leave_no_hydra_files(tmp_path: Path) -> Non
     args = overrides(data, cache, 1)
     cwds = [tmp_path / "rank0", tmp_path / "rank1"]
     procs = []
-    port = str(free_port())
+    port = free_port()
     for rank, cwd in enumerate(cwds):
         cwd.mkdir()
-        env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
-                        WORLD_SIZE="2", LOCAL_RANK=str(rank))  # fmt: skip
+        env = child_env(**rank_env(rank, 2, port))
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "seq2seq.train", *args, "name=ddp_cli"], cwd=cwd, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

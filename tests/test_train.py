@@ -31,7 +31,7 @@ from seq2seq.config import (
 from seq2seq.data import DataError
 from seq2seq.tokenizer import PAD_ID
 from seq2seq.train import label_smoothed_nll, train
-from tests.tiny_run import write_slice
+from tests.tiny_run import compose_train, write_slice
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -107,14 +107,6 @@ class Run:
 
 
 SLICE = {"train": 2000, "valid": 50, "test": 50}
-
-
-def compose_train(overrides: list[str]) -> TrainConfig:
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = OmegaConf.to_object(compose("train", overrides=overrides))
-    assert isinstance(cfg, TrainConfig)
-    return cfg
 
 
 @pytest.fixture(scope="module")
