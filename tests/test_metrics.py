@@ -72,15 +72,26 @@ def test_linear_label_smoothed_nll_under_bf16_autocast() -> None:
         torch.testing.assert_close(got, ref, rtol=0.05, atol=0.03 * float(ref.abs().max()))
 
 
-def test_cpu_dropout_zeroes_a_share_p_and_keeps_the_mean() -> None:
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_cpu_dropout_zeroes_a_share_p_and_keeps_the_mean(p: float) -> None:
     torch.manual_seed(0)
-    x = torch.ones(400, 500, requires_grad=True)
-    out = dropout(x, 0.3, training=True)
-    zero = out.eq(0).float().mean().item()
-    assert abs(zero - 0.3) < 0.005
-    torch.testing.assert_close(out[out.ne(0)], torch.full_like(out[out.ne(0)], 1 / 0.7))
+    x = torch.ones(401, 499, requires_grad=True)  # an odd size: not a whole number of draws
+    out = dropout(x, p, training=True)
+    zero = out.eq(0).float()
+    assert abs(zero.mean().item() - p) < 0.005
+    for share in (zero[:, ::4], zero[:, 1::4], zero[::7, 3::4]):  # each 16 bits of a draw
+        assert abs(share.mean().item() - p) < 0.01
+    kept = 1 / (1 - round(p * 65536) / 65536)  # p rounded to a multiple of 1/65536
+    assert abs(kept - 1 / (1 - p)) < 1e-4
+    torch.testing.assert_close(out[out.ne(0)], torch.full_like(out[out.ne(0)], kept))
     out.sum().backward()
     torch.testing.assert_close(x.grad, out.detach())  # the gradient is the same scaled mask
+
+
+def test_cpu_dropout_keeps_bf16() -> None:
+    torch.manual_seed(0)
+    out = dropout(torch.ones(64, 33, dtype=torch.bfloat16), 0.25, training=True)
+    assert out.dtype == torch.bfloat16 and abs(out.eq(0).float().mean().item() - 0.25) < 0.05
 
 
 def test_dropout_is_identity_when_off_and_zero_at_p_1() -> None:
