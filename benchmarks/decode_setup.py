@@ -23,7 +23,7 @@ from torch import nn
 from seq2seq.build import build_optimizer
 from seq2seq.config import ModelConfig, OptimConfig, PosEncodingConfig, PosKind
 from seq2seq.data import collate, read_lines, token_batches
-from seq2seq.metrics import label_smoothed_nll
+from seq2seq.loss import label_smoothed_nll
 from seq2seq.model import EncoderDecoder
 from seq2seq.positional import build_positional
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, Tokenizer, build_tokenizers

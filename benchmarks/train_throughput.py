@@ -38,7 +38,7 @@ from hydra import compose, initialize_config_dir
 
 from seq2seq.config import CONFIG_DIR, TrainConfig, register_configs
 from seq2seq.data import Batch, collate
-from seq2seq.metrics import label_smoothed_nll
+from seq2seq.loss import label_smoothed_nll
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 # Marian runs with each of its attention implementations; we are compared with the faster

@@ -4,7 +4,7 @@ A CPU training step allocates and frees the same large buffers (activations, log
 gradients) again and again. By default glibc serves blocks over a sliding threshold (from
 128 KiB) with mmap and trims the top of the heap above 128 KiB of free space, so every such
 block comes back from the kernel as fresh pages and is faulted in and zeroed once more: a
-quarter of the time of the fused output layer and loss (metrics.linear_label_smoothed_nll)
+quarter of the time of the fused output layer and loss (loss.linear_label_smoothed_nll)
 went to that. Raising both thresholds keeps those blocks in the heap for reuse; the cost is
 that memory freed after the peak is not handed back to the system while the process lives.
 """

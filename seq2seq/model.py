@@ -116,7 +116,7 @@ class EncoderDecoder(nn.Module):
 
         Given `keep` (B, T), the decoder's final hidden states (K, D) at its K True positions
         come back instead, for a loss that applies the output layer `self.out` itself
-        (metrics.linear_label_smoothed_nll, as training does).
+        (loss.linear_label_smoothed_nll, as training does).
         """
         memory, src_mask = self.encode(src)
         if keep is None:

@@ -28,7 +28,7 @@ from seq2seq.config import CONFIG_DIR, ConfigError, TrainConfig, check_config, r
 from seq2seq.data import DataError
 from seq2seq.distributed import broadcast, cleanup, init_distributed
 from seq2seq.interrupt import TrainingInterrupted
-from seq2seq.metrics import label_smoothed_nll
+from seq2seq.loss import label_smoothed_nll
 from seq2seq.resume import (
     ResumeError,
     check_compatible,

@@ -49,7 +49,8 @@ from seq2seq.distributed import NullWriter, all_reduce_sum, broadcast, init_dist
 from seq2seq.evaluate import format_scores, score
 from seq2seq.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.interrupt import StopSignals, TrainingInterrupted
-from seq2seq.metrics import Window, linear_label_smoothed_nll, validate
+from seq2seq.loss import linear_label_smoothed_nll
+from seq2seq.metrics import Window, validate
 from seq2seq.resume import ResumeError, data_fingerprint, restore_rng, rng_state
 from seq2seq.rundir import LOG_NAME, StepLog
 from seq2seq.search import translate_ids

@@ -1,4 +1,5 @@
-"""Tests for seq2seq.layers: masks, attention against a reference, residual blocks, caches."""
+"""Tests for seq2seq.layers: masks, attention against a reference, residual blocks, caches,
+the CPU dropout."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from seq2seq.layers import (
     MultiHeadAttention,
     Residual,
     attention_mask,
+    dropout,
 )
 from seq2seq.positional import ALiBi, PositionalEncoding, ShawRelative
 
@@ -342,3 +344,40 @@ def test_feed_forward_is_position_wise() -> None:
     ffn_one = torch.cat([layer.ffn(x[:, i : i + 1]) for i in range(4)], dim=1)
     torch.testing.assert_close(ffn_all, ffn_one)
     torch.testing.assert_close(ffn_all, layer.ffn.down(F.relu(layer.ffn.up(x))))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_cpu_dropout_zeroes_a_share_p_and_keeps_the_mean(p: float) -> None:
+    torch.manual_seed(0)
+    x = torch.ones(401, 499, requires_grad=True)  # an odd size: not a whole number of draws
+    out = dropout(x, p, training=True)
+    zero = out.eq(0).float()
+    assert abs(zero.mean().item() - p) < 0.005
+    for share in (zero[:, ::4], zero[:, 1::4], zero[::7, 3::4]):  # each 16 bits of a draw
+        assert abs(share.mean().item() - p) < 0.01
+    kept = 1 / (1 - round(p * 65536) / 65536)  # p rounded to a multiple of 1/65536
+    assert abs(kept - 1 / (1 - p)) < 1e-4
+    torch.testing.assert_close(out[out.ne(0)], torch.full_like(out[out.ne(0)], kept))
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, out.detach())  # the gradient is the same scaled mask
+
+
+def test_cpu_dropout_keeps_bf16() -> None:
+    torch.manual_seed(0)
+    out = dropout(torch.ones(64, 33, dtype=torch.bfloat16), 0.25, training=True)
+    assert out.dtype == torch.bfloat16 and abs(out.eq(0).float().mean().item() - 0.25) < 0.05
+
+
+def test_dropout_is_identity_when_off_and_zero_at_p_1() -> None:
+    x = torch.randn(5, 6)
+    assert dropout(x, 0.3, training=False) is x
+    assert dropout(x, 0.0, training=True) is x
+    assert dropout(x, 1.0, training=True).eq(0).all()
+
+
+def test_cpu_dropout_follows_the_torch_seed() -> None:
+    x = torch.randn(50, 40)
+    torch.manual_seed(5)
+    a = dropout(x, 0.5, training=True)
+    torch.manual_seed(5)
+    torch.testing.assert_close(dropout(x, 0.5, training=True), a)
