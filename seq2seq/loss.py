@@ -65,14 +65,20 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, eps: float) -> tuple[Tens
     return loss.sum(), nll.sum()
 
 
-def _chunk_terms(logits: Tensor, probs: Tensor, target: Tensor, eps: float) -> tuple[Tensor, ...]:
+def _chunk_terms(
+    logits: Tensor, probs: Tensor, target: Tensor, eps: float, branchless: bool
+) -> tuple[Tensor, Tensor]:
     """Summed loss and NLL of a chunk from its float32 logits (c, V) and their softmax (c, V):
-    -log p(t) = lse - x_t, so lse comes from p(t) unless p(t) may have underflowed."""
+    -log p(t) = lse - x_t, so lse comes from p(t) unless p(t) may have underflowed. Those rows
+    get a log-sum-exp: only they on a CPU, all rows when `branchless` (on a GPU a data-dependent
+    branch would wait for the device)."""
     x_t = logits.gather(-1, target[:, None]).squeeze(-1)  # (c,)
     p_t = probs.gather(-1, target[:, None]).squeeze(-1)  # (c,)
     nll = -p_t.log()  # (c,)
-    tiny = p_t < TINY
-    if bool(tiny.any()):
+    tiny = p_t < TINY  # (c,)
+    if branchless:
+        nll = torch.where(tiny, logits.logsumexp(-1) - x_t, nll)  # (c,)
+    elif bool(tiny.any()):
         nll[tiny] = logits[tiny].logsumexp(-1) - x_t[tiny]
     lse = x_t + nll  # (c,) log-sum-exp of the logits
     loss = (1.0 - eps) * nll - eps * (logits.mean(-1) - lse)  # (c,)
@@ -138,7 +144,7 @@ def _chunked_loss_and_grads(
         torch.mm(h, w.T, out=logits[:rows])  # (c, V)
         x = logits[:rows] if fp32 else x32[:rows].copy_(logits[:rows])  # (c, V) float32
         p = torch.softmax(x, -1, out=grad if probs is None else probs[:rows])  # (c, V)
-        loss_c, nll_c = _chunk_terms(x, p, t, eps)
+        loss_c, nll_c = _chunk_terms(x, p, t, eps, branchless=h.device.type != "cpu")
         loss, nll = loss + loss_c, nll + nll_c
         _smoothed_grad(p, t, eps)  # (c, V) in float32
         if probs is not None:

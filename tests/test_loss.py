@@ -7,7 +7,12 @@ import torch
 import torch.nn.functional as F
 
 from seq2seq import loss as loss_module
-from seq2seq.loss import GROUP_BYTES, label_smoothed_nll, linear_label_smoothed_nll
+from seq2seq.loss import (
+    GROUP_BYTES,
+    _chunk_terms,
+    label_smoothed_nll,
+    linear_label_smoothed_nll,
+)
 from seq2seq.tokenizer import PAD_ID
 
 
@@ -85,5 +90,16 @@ def test_linear_label_smoothed_nll_when_the_target_probability_underflows() -> N
     loss, nll = linear_label_smoothed_nll(hidden, weight, target, 0.1)
     want_loss, want_nll = label_smoothed_nll(hidden @ weight.T, target, 0.1)
     assert nll.item() > 200 and torch.isfinite(loss)
+    torch.testing.assert_close(nll, want_nll)
+    torch.testing.assert_close(loss, want_loss)
+
+
+@pytest.mark.parametrize("branchless", [False, True])
+def test_chunk_terms_recover_underflowed_target_probabilities(branchless: bool) -> None:
+    """Both ways (CPU: only the rows that need it; GPU: all rows) give the exact NLL."""
+    logits = torch.tensor([[200.0, 0.0, 0.0], [0.0, 1.0, 3.0]])  # (2, 3)
+    target = torch.tensor([1, 2])
+    loss, nll = _chunk_terms(logits, logits.softmax(-1), target, 0.1, branchless)
+    want_loss, want_nll = label_smoothed_nll(logits, target, 0.1)
     torch.testing.assert_close(nll, want_nll)
     torch.testing.assert_close(loss, want_loss)
