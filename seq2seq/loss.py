@@ -127,10 +127,11 @@ def _chunked_loss_and_grads(
     """Summed loss and NLL, d loss / d hidden (N, D) and d loss / d weight (V, D, float32) of
     hidden states (N, D) and output weights (V, D) of one dtype (see _LinearSmoothedNLL)."""
     (n, _), (v, _) = h_all.shape, w.shape
-    fp32 = h_all.dtype == torch.float32
+    fp32, branchless = h_all.dtype == torch.float32, h_all.device.type != "cpu"
     chunk = max(1, min(chunk, n))
     per_group = max(1, GROUP_BYTES // (chunk * v * h_all.element_size()))  # chunks
     logits = h_all.new_empty(chunk, v)  # (c, V) in `dtype`
+    # float32 copies of the logits and their softmax (in fp32: the logits, and the group rows)
     x32 = logits if fp32 else logits.new_empty(chunk, v, dtype=torch.float32)  # (c, V)
     probs = None if fp32 else torch.empty_like(x32)  # (c, V)
     group = h_all.new_empty(min(per_group * chunk, n), v)  # (g, V) rows of d loss / d logits
@@ -142,9 +143,9 @@ def _chunked_loss_and_grads(
         h, t, rows = h_all[start:end], target[start:end], end - start
         grad = group[start - g0 : end - g0]  # (c, V)
         torch.mm(h, w.T, out=logits[:rows])  # (c, V)
-        x = logits[:rows] if fp32 else x32[:rows].copy_(logits[:rows])  # (c, V) float32
+        x = x32[:rows] if fp32 else x32[:rows].copy_(logits[:rows])  # (c, V) float32
         p = torch.softmax(x, -1, out=grad if probs is None else probs[:rows])  # (c, V)
-        loss_c, nll_c = _chunk_terms(x, p, t, eps, branchless=h.device.type != "cpu")
+        loss_c, nll_c = _chunk_terms(x, p, t, eps, branchless)
         loss, nll = loss + loss_c, nll + nll_c
         _smoothed_grad(p, t, eps)  # (c, V) in float32
         if probs is not None:

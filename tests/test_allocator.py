@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from seq2seq.allocator import keep_freed_memory
+from seq2seq.build import PROJECT_ROOT
 
 # minor page faults of training steps 4-10 of a small model (batches of 3 shapes, blocks of
 # 0.1-12 MB); prints whether the setting took and the fault count
@@ -32,11 +32,10 @@ for step in range(10):
     faults += (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) * (step >= 3)
 print(tuned, faults)
 """
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def step_faults(tune: bool) -> tuple[str, int]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "2"}
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "OMP_NUM_THREADS": "2"}
     out = subprocess.run([sys.executable, "-c", STEPS, str(int(tune))], check=True, env=env,
                          capture_output=True, text=True).stdout.split()  # fmt: skip
     return out[0], int(out[1])
