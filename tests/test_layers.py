@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2seq.layers import (
+    FAST_SOFTMAX_LEN,
     DecoderLayer,
     EncoderLayer,
     LayerCache,
@@ -18,6 +19,7 @@ from seq2seq.layers import (
     Linear,
     MultiHeadAttention,
     Residual,
+    _pad_keys,
     attention_mask,
     dropout,
 )
@@ -116,6 +118,46 @@ def test_attention_matches_reference(alibi: bool, causal: bool, padded: bool) ->
     torch.testing.assert_close(out, reference_attention(attn, x, key_mask, causal, slopes))
 
 
+@pytest.mark.parametrize("alibi", [False, True], ids=["nobias", "alibi"])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
+@pytest.mark.parametrize("length", [7, 16, 19])
+def test_training_attention_matches_reference_with_gradients(
+    alibi: bool, causal: bool, length: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Training on a CPU takes the matmul path, its keys padded to FAST_SOFTMAX_LEN when there
+    are fewer (7 here): outputs and input gradients equal the written-out reference."""
+    torch.manual_seed(0)
+    pos = ALiBi(4) if alibi else PositionalEncoding()
+    attn = MultiHeadAttention(16, 4, dropout=0.0, pos=pos, causal=causal)
+    x = torch.randn(2, length, 16, requires_grad=True)
+    key_mask = torch.ones(2, length, dtype=torch.bool)
+    key_mask[1, length - 3 :] = False
+    want = reference_attention(attn, x, key_mask, causal, alibi_slopes_of(pos))
+    (want_grad,) = torch.autograd.grad(want.square().sum(), [x])
+
+    def no_sdpa(*args: object, **kwargs: object) -> None:
+        raise AssertionError("SDPA called in CPU training")
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", no_sdpa)
+    got = attn(x, key_mask=key_mask)
+    (got_grad,) = torch.autograd.grad(got.square().sum(), [x])
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_grad, want_grad)
+
+
+def test_pad_keys_hides_the_padding() -> None:
+    """Padded keys are zeros the mask hides; the real keys and their mask are unchanged."""
+    k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)
+    mask = torch.tensor([[Y] * 5, [Y, Y, Y, N, N]])[:, None, None, :]
+    pk, pv, bias, pmask = _pad_keys(k, v, None, mask)
+    assert pk.shape == pv.shape == (2, 4, FAST_SOFTMAX_LEN, 8) and bias is None
+    assert torch.equal(pk[:, :, :5], k) and torch.equal(pv[:, :, :5], v)
+    assert not pk[:, :, 5:].any() and not pv[:, :, 5:].any()
+    assert torch.equal(pmask[..., :5], mask) and not pmask[..., 5:].any()
+    _, _, _, unmasked = _pad_keys(k, v, torch.zeros(1, 4, 5, 5), None)
+    assert unmasked[..., :5].all() and not unmasked[..., 5:].any()
+
+
 def alibi_slopes_of(pos: PositionalEncoding) -> torch.Tensor | None:
     return pos.slopes if isinstance(pos, ALiBi) else None
 
@@ -127,7 +169,7 @@ def test_bf16_autocast_attention_matches_float32(
 ) -> None:
     """Under CPU bf16 autocast (training) attention runs as bf16 matmuls around a float32
     softmax, not SDPA (slow in bf16 on a CPU); outputs and gradients stay within bf16 rounding
-    of float32 SDPA, masks included."""
+    of float32 attention, masks included."""
     torch.manual_seed(0)
     pos = ALiBi(4) if alibi else PositionalEncoding()
     attn = MultiHeadAttention(32, 4, dropout=0.0, pos=pos, causal=causal)
