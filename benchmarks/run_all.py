@@ -14,6 +14,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("decode.py", []),
     ("train_throughput.py", []),
     ("train_throughput.py", ["--precision", "bf16"]),
+    ("matmul_bound.py", []),
 ]
 
 

@@ -1,6 +1,6 @@
 """Training throughput: our Trainer's step against Hugging Face's MarianMTModel, same batches.
 
-    python benchmarks/train_throughput.py [--data DIR] [--repeats 3] [--steps 5] [--threads 2]
+    python benchmarks/train_throughput.py [--data DIR] [--repeats 5] [--steps 10] [--threads 2]
         [--precision fp32|bf16] [--dropout 0.1] [--max-tokens 4096] [--no-doc]
 
 Both engines: d=256, 3+3 layers, 4 heads, FFN 1024, post-norm, ReLU, scaled embeddings, tied
@@ -279,8 +279,8 @@ def main() -> None:
     default_data = os.environ.get("MULTI30K_ROOT", str(ROOT.parent / "shared/data/multi30k"))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=default_data, help="Multi30k folder")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per repeat")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per repeat")
     parser.add_argument("--warmup", type=int, default=2, help="untimed first steps")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=4096)

@@ -1,0 +1,119 @@
+"""The fastest train_throughput.py could ever go on this machine: its matmuls at the CPU's peak.
+
+    python benchmarks/matmul_bound.py [--data DIR] [--steps 10] [--warmup 2] [--threads 2]
+
+For each precision (fp32, bf16 autocast), runs our Trainer's step on train_throughput.py's
+batches under torch.profiler with shapes recorded, and sums 2*M*N*K over every mm, addmm and
+bmm it ran (padding included; both engines run the same matmuls). Dividing by the peak of a
+2048x2048 matmul in that precision gives the step time that the matmuls alone would need, and
+so the most src+tgt tokens per second any engine can reach. Writes
+benchmarks/results/matmul_bound.json and docs/BENCHMARKS.md (matmul_bound).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train_throughput as tt  # noqa: E402
+from common import ROOT, command, update_doc, write_json  # noqa: E402
+
+MATMULS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def matmul_flops(event: Any) -> int:
+    """2*M*N*K of one profiled matmul event (batched: times the batch)."""
+    shapes = event.input_shapes
+    a, b = (shapes[1], shapes[2]) if event.name.startswith("aten::addmm") else shapes[:2]
+    if event.name == "aten::bmm":
+        return 2 * a[0] * a[1] * a[2] * b[2]
+    return 2 * a[0] * a[1] * b[1]
+
+
+def peak_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
+    """GFLOP/s of a square matmul, the best this CPU does in `dtype`."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def measure(args: argparse.Namespace, precision: str) -> dict[str, float]:
+    """Matmul FLOPs and seconds per step of our step, the peak, and the tokens/s ceiling."""
+    args.precision, args.compile, args.max_tokens, args.dropout = precision, False, 4096, 0.1
+    cfg = tt.train_config(args)
+    batches, vocab = tt.first_batches(cfg, args.warmup + args.steps)
+    with tempfile.TemporaryDirectory() as run_dir:
+        step, _ = tt.engine_step("ours", cfg, vocab, Path(run_dir))
+        for batch in batches[: args.warmup]:
+            step(batch)
+        timed = batches[args.warmup :]
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for batch in timed:
+                step(batch)
+    events = [e for e in prof.events() if e.name in MATMULS and e.input_shapes]
+    flops = sum(matmul_flops(e) for e in events) / len(timed)
+    seconds = sum(e.self_cpu_time_total for e in events) / 1e6 / len(timed)
+    peak = peak_gflops(DTYPES[precision])
+    tokens = sum(b.src_tokens + b.tgt_tokens for b in timed) / len(timed)
+    floor = flops / 1e9 / peak
+    return {"matmul_gflop_per_step": flops / 1e9, "matmul_s_per_step": seconds,
+            "matmul_gflops": flops / 1e9 / seconds, "peak_gflops": peak,
+            "floor_s_per_step": floor, "src_tgt_tokens_per_step": tokens,
+            "ceiling_tokens_per_s": tokens / floor}  # fmt: skip
+
+
+def report(result: dict[str, Any]) -> str:
+    rows = ["| precision | matmul GFLOP/step | ours: s/step in matmuls (GFLOP/s) | peak GFLOP/s "
+            "(2048^3) | floor s/step | src+tgt tokens/step | ceiling tokens/s |",
+            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in DTYPES:
+        r = result[name]
+        rows.append(
+            f"| {name} | {r['matmul_gflop_per_step']:.1f} | {r['matmul_s_per_step']:.3f} "
+            f"({r['matmul_gflops']:.0f}) | {r['peak_gflops']:.0f} | {r['floor_s_per_step']:.3f} "
+            f"| {r['src_tgt_tokens_per_step']:,.0f} | {r['ceiling_tokens_per_s']:,.0f} |"
+        )
+    return (
+        f"train_throughput.py's model and batches (steps {result['warmup'] + 1}-"
+        f"{result['warmup'] + result['steps']}), {result['threads']} threads; matmul FLOPs as "
+        "executed (padding included), profiled. The ceiling is the src+tgt tokens/s of a step "
+        "that did nothing but its matmuls, at the peak.\n\n" + "\n".join(rows) + "\n"
+    )
+
+
+def main() -> None:
+    default_data = os.environ.get("MULTI30K_ROOT", str(ROOT.parent / "shared/data/multi30k"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", default=default_data, help="Multi30k folder")
+    parser.add_argument("--steps", type=int, default=10, help="profiled steps")
+    parser.add_argument("--warmup", type=int, default=2, help="unprofiled first steps")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-doc", action="store_true", help="skip docs and results/")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    args.data = str(Path(args.data).resolve())
+    result: dict[str, Any] = {name: measure(args, name) for name in DTYPES}
+    result.update(steps=args.steps, warmup=args.warmup, threads=args.threads)
+    print(report(result))
+    if not args.no_doc:
+        write_json("matmul_bound", result)
+        update_doc("matmul_bound", "Training throughput's ceiling: matmuls at peak", report(result))
+        print(f"command: {command()}")
+
+
+if __name__ == "__main__":
+    main()
