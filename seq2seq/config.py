@@ -128,7 +128,7 @@ class TrainerConfig:
     # torch.compile the model for training (first steps slower while it compiles; CUDA mainly)
     compile: bool = False
     # device peak in TFLOPS for train/mfu in TensorBoard; 0 = a table of GPUs by name
-    # (seq2seq/flops.py: bf16 dense peaks), or 0.1 on the CPU (set your CPU's value)
+    # (seq2seq/flops.py: bf16 dense peaks), or on the CPU a matmul's, measured at start
     peak_tflops: float = 0.0
     progress: bool = True  # show a progress bar
     # auto: resume from <run dir>/checkpoints when it holds one (last.pt, else the newest

@@ -57,6 +57,9 @@ from seq2seq.search import translate_ids
 from seq2seq.tokenizer import PAD_ID, tokenizer_from_state
 
 log = logging.getLogger(__name__)
+# the dtype each trainer.precision computes its matmuls in (autocast's, and for the MFU's peak)
+DTYPES = {Precision.fp32: torch.float32, Precision.bf16: torch.bfloat16,
+          Precision.fp16: torch.float16}  # fmt: skip
 
 
 class NonFiniteLossError(RuntimeError):
@@ -121,7 +124,8 @@ class Trainer:
         m = cfg.model
         self.flops = FlopCounter(self.model, m.d_model, (m.enc_layers, m.dec_layers),
                                  self.tgt_tok.vocab_size)  # fmt: skip
-        peak = peak_tflops(self.device, t.peak_tflops) * 1e12 * self.dist.world
+        peak = peak_tflops(self.device, t.peak_tflops, DTYPES[t.precision])
+        peak *= 1e12 * self.dist.world
         self.throughput = Throughput(peak)
         self.steplog: StepLog | NullWriter = NullWriter()
         self.writer: SummaryWriter | NullWriter = NullWriter()
@@ -192,8 +196,7 @@ class Trainer:
         precision = self.cfg.trainer.precision
         if precision == Precision.fp32:
             return contextlib.nullcontext()
-        dtype = torch.bfloat16 if precision == Precision.bf16 else torch.float16
-        return torch.autocast(self.device.type, dtype=dtype)
+        return torch.autocast(self.device.type, dtype=DTYPES[precision])
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         """The batches of `epoch`, a pure function of the data, token budget, seed and epoch."""

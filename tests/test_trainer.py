@@ -11,7 +11,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from seq2seq.data import collate
-from seq2seq.flops import CPU_PEAK_TFLOPS, FlopCounter, Throughput, peak_tflops
+from seq2seq.flops import FlopCounter, Throughput, cpu_peak_tflops, peak_tflops
 from seq2seq.metrics import label_smoothed_nll
 from seq2seq.trainer import Trainer
 from tests.conftest import MakeModel
@@ -104,7 +104,7 @@ def test_flop_formula_matches_torch_flop_counter(
 
 def test_peak_tflops_and_mfu() -> None:
     cpu = torch.device("cpu")
-    assert peak_tflops(cpu) == CPU_PEAK_TFLOPS
+    assert peak_tflops(cpu) == cpu_peak_tflops(torch.float32)  # measured once, then cached
     assert peak_tflops(cpu, 2.5) == 2.5
     meter = Throughput(peak_flops=1e12)
     meter.add(flops=5e11, real=90, padded=100)
@@ -112,6 +112,16 @@ def test_peak_tflops_and_mfu() -> None:
     assert out["padding_efficiency"] == pytest.approx(0.9)
     assert out["mfu"] == pytest.approx(out["tflops"])  # peak of 1 TFLOPS
     assert "mfu" not in Throughput(peak_flops=0.0).scalars()
+
+
+def test_cpu_peak_is_a_matmul_rate_and_leaves_the_random_generator_alone() -> None:
+    """The CPU's peak is measured, not a placeholder: 2 * n^3 FLOPs over the time of an n x n
+    matmul lands between 1 GFLOPS and 1 PFLOPS on any CPU; the training's random stream does
+    not move."""
+    state = torch.random.get_rng_state()
+    tflops = cpu_peak_tflops.__wrapped__(torch.float32, size=128, repeats=2)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert 1e-3 < tflops < 1e3
 
 
 def test_adamw_is_fused_on_cpu(make_model: MakeModel) -> None:
