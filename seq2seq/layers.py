@@ -26,6 +26,8 @@ _PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
 # PyTorch's CPU softmax takes a scalar path for rows shorter than 16 (~10x slower per element,
 # forward and backward); training attention pads its keys up to this many (see `attend`)
 FAST_SOFTMAX_LEN = 16
+# float32 training attention on a CPU takes matmuls up to this many keys, SDPA beyond
+MATMUL_MAX_KEYS = 32
 
 
 def _autocast_cpu() -> bool:
@@ -180,20 +182,22 @@ def attention_mask(
     return mask
 
 
-def _matmul_attention(q: Tensor, mask: Tensor | None) -> bool:
+def _matmul_attention(q: Tensor, k_len: int, mask: Tensor | None) -> bool:
     """Where two batched matmuls beat SDPA's CPU kernel (measured with 2 threads):
     - decoding steps: a few queries per row (one new token, or the beams of a sentence folded
       into one row), except a single query under a padding mask (1.2-2.5x either way);
     - bfloat16 (autocast training): SDPA's bf16 CPU kernel is ~3x slower than its own fp32 one,
-      and ~8x slower than bf16 matmuls with a float32 softmax (forward + backward, Dh 32-64);
-    - float32 training: 1.1-1.6x faster than SDPA forward + backward (B 256, T 11-28, Dh 64,
-      masked), with keys padded to FAST_SOFTMAX_LEN; more with attention dropout."""
+      and 1.6-4x slower than bf16 matmuls with a float32 softmax (forward + backward, Dh 64,
+      4,096 tokens at T 32-256);
+    - float32 training on up to MATMUL_MAX_KEYS keys: 1.1-1.6x faster than SDPA forward +
+      backward (B 256, T 11-32, Dh 64, masked), keys padded to FAST_SOFTMAX_LEN. From ~64 keys
+      SDPA is as fast or faster, and keeps no (Tq, Tk) weights for backward."""
     if q.device.type != "cpu":
         return False
     q_len = q.size(-2)
-    return (
-        q.dtype == torch.bfloat16 or q.requires_grad or (q_len <= 8 and (q_len > 1 or mask is None))
-    )
+    if q.dtype == torch.bfloat16 or (q.requires_grad and k_len <= MATMUL_MAX_KEYS):
+        return True
+    return q_len <= 8 and (q_len > 1 or mask is None)
 
 
 def _pad_keys(
@@ -267,7 +271,7 @@ class MultiHeadAttention(nn.Module):
         bias = self.pos.bias(q, offset, k_len)  # (B|1, H, Tq, Tk) or None
         mask = attention_mask(key_mask, self.causal, q_len, k_len, q.device)
         p = self.dropout if self.training else 0.0
-        if self.pos.needs_weights or _matmul_attention(q, mask):
+        if self.pos.needs_weights or _matmul_attention(q, k_len, mask):
             if k_len < FAST_SOFTMAX_LEN and q.requires_grad and not self.pos.needs_weights:
                 k, v, bias, mask = _pad_keys(k, v, bias, mask)  # Tk -> 16
             logits = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, H, Tq, Tk)

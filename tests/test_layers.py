@@ -12,6 +12,7 @@ from torch import nn
 
 from seq2seq.layers import (
     FAST_SOFTMAX_LEN,
+    MATMUL_MAX_KEYS,
     DecoderLayer,
     EncoderLayer,
     LayerCache,
@@ -120,12 +121,13 @@ def test_attention_matches_reference(alibi: bool, causal: bool, padded: bool) ->
 
 @pytest.mark.parametrize("alibi", [False, True], ids=["nobias", "alibi"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
-@pytest.mark.parametrize("length", [7, 16, 19])
+@pytest.mark.parametrize("length", [7, 16, 19, 40])
 def test_training_attention_matches_reference_with_gradients(
     alibi: bool, causal: bool, length: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Training on a CPU takes the matmul path, its keys padded to FAST_SOFTMAX_LEN when there
-    are fewer (7 here): outputs and input gradients equal the written-out reference."""
+    """Training on a CPU takes the matmul path up to MATMUL_MAX_KEYS keys (SDPA beyond), its keys
+    padded to FAST_SOFTMAX_LEN when there are fewer (7 here): either way outputs and input
+    gradients equal the written-out reference."""
     torch.manual_seed(0)
     pos = ALiBi(4) if alibi else PositionalEncoding()
     attn = MultiHeadAttention(16, 4, dropout=0.0, pos=pos, causal=causal)
@@ -138,7 +140,8 @@ def test_training_attention_matches_reference_with_gradients(
     def no_sdpa(*args: object, **kwargs: object) -> None:
         raise AssertionError("SDPA called in CPU training")
 
-    monkeypatch.setattr(F, "scaled_dot_product_attention", no_sdpa)
+    if length <= MATMUL_MAX_KEYS:
+        monkeypatch.setattr(F, "scaled_dot_product_attention", no_sdpa)
     got = attn(x, key_mask=key_mask)
     (got_grad,) = torch.autograd.grad(got.square().sum(), [x])
     torch.testing.assert_close(got, want)
