@@ -5,8 +5,8 @@
 For each precision (fp32, bf16 autocast), runs our Trainer's step on train_throughput.py's
 batches under torch.profiler with shapes recorded, and sums 2*M*N*K over every mm, addmm and
 bmm it ran (padding included; both engines run the same matmuls). Dividing by the peak of a
-2048x2048 matmul in that precision gives the step time that the matmuls alone would need, and
-so the most src+tgt tokens per second any engine can reach. Writes
+2048x2048 matmul in that precision (flops.cpu_peak_tflops, best of 8) gives the step time that
+the matmuls alone would need, and so the most src+tgt tokens per second any engine can reach. Writes
 benchmarks/results/matmul_bound.json and docs/BENCHMARKS.md (matmul_bound).
 """
 
@@ -16,7 +16,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_throughput as tt  # noqa: E402
 from common import ROOT, command, update_doc, write_json  # noqa: E402
 
+from seq2seq.config import Precision  # noqa: E402
+from seq2seq.flops import cpu_peak_tflops  # noqa: E402
+from seq2seq.trainer import DTYPES  # noqa: E402
+
 MATMULS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+PRECISIONS = ("fp32", "bf16")
 
 
 def matmul_flops(event: Any) -> int:
@@ -40,21 +43,10 @@ def matmul_flops(event: Any) -> int:
     return 2 * a[0] * a[1] * b[1]
 
 
-def peak_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
-    """GFLOP/s of a square matmul, the best this CPU does in `dtype`."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
-
-
 def measure(args: argparse.Namespace, precision: str) -> dict[str, float]:
     """Matmul FLOPs and seconds per step of our step, the peak, and the tokens/s ceiling."""
-    args.precision, args.compile, args.max_tokens, args.dropout = precision, False, 4096, 0.1
-    cfg = tt.train_config(args)
+    fixed = {"precision": precision, "compile": False, "max_tokens": 4096, "dropout": 0.1}
+    cfg = tt.train_config(argparse.Namespace(**{**vars(args), **fixed}))
     batches, vocab = tt.first_batches(cfg, args.warmup + args.steps)
     with tempfile.TemporaryDirectory() as run_dir:
         step, _ = tt.engine_step("ours", cfg, vocab, Path(run_dir))
@@ -67,7 +59,7 @@ def measure(args: argparse.Namespace, precision: str) -> dict[str, float]:
     events = [e for e in prof.events() if e.name in MATMULS and e.input_shapes]
     flops = sum(matmul_flops(e) for e in events) / len(timed)
     seconds = sum(e.self_cpu_time_total for e in events) / 1e6 / len(timed)
-    peak = peak_gflops(DTYPES[precision])
+    peak = cpu_peak_tflops(DTYPES[Precision(precision)], size=2048) * 1e3  # GFLOP/s
     tokens = sum(b.src_tokens + b.tgt_tokens for b in timed) / len(timed)
     floor = flops / 1e9 / peak
     return {"matmul_gflop_per_step": flops / 1e9, "matmul_s_per_step": seconds,
@@ -80,7 +72,7 @@ def report(result: dict[str, Any]) -> str:
     rows = ["| precision | matmul GFLOP/step | ours: s/step in matmuls (GFLOP/s) | peak GFLOP/s "
             "(2048^3) | floor s/step | src+tgt tokens/step | ceiling tokens/s |",
             "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for name in DTYPES:
+    for name in PRECISIONS:
         r = result[name]
         rows.append(
             f"| {name} | {r['matmul_gflop_per_step']:.1f} | {r['matmul_s_per_step']:.3f} "
@@ -106,7 +98,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.data = str(Path(args.data).resolve())
-    result: dict[str, Any] = {name: measure(args, name) for name in DTYPES}
+    result: dict[str, Any] = {name: measure(args, name) for name in PRECISIONS}
     result.update(steps=args.steps, warmup=args.warmup, threads=args.threads)
     print(report(result))
     if not args.no_doc:
