@@ -3,16 +3,18 @@
     python benchmarks/matmul_bound.py [--data DIR] [--steps 10] [--warmup 2] [--threads 2]
 
 For each precision (fp32, bf16 autocast), runs our Trainer's step on train_throughput.py's
-batches under torch.profiler with shapes recorded, and sums 2*M*N*K over every mm, addmm and
-bmm it ran (padding included; both engines run the same matmuls). Dividing by the peak of a
-2048x2048 matmul in that precision (flops.cpu_peak_tflops, best of 8) gives the step time that
-the matmuls alone would need, and so the most src+tgt tokens per second any engine can reach. Writes
-benchmarks/results/matmul_bound.json and docs/BENCHMARKS.md (matmul_bound).
+batches under torch.profiler with shapes recorded, and sums 2*M*N*K over every mm, addmm, bmm
+and oneDNN linear (seq2seq/onednn.py) it ran: padding included; both engines run the same
+products. Dividing by the peak of a 2048x2048 matmul in that precision (flops.cpu_peak_tflops,
+best of 8) gives the step time that the matmuls alone would need, and so the most src+tgt
+tokens per second any engine can reach. Writes benchmarks/results/matmul_bound.json and
+docs/BENCHMARKS.md (matmul_bound).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -30,13 +32,17 @@ from seq2seq.config import Precision  # noqa: E402
 from seq2seq.flops import cpu_peak_tflops  # noqa: E402
 from seq2seq.trainer import DTYPES  # noqa: E402
 
-MATMULS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm")
+LINEAR = "mkldnn::_linear_pointwise"  # seq2seq/onednn.py's float32 products: X @ W.T
+MATMULS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", LINEAR)
 PRECISIONS = ("fp32", "bf16")
 
 
 def matmul_flops(event: Any) -> int:
     """2*M*N*K of one profiled matmul event (batched: times the batch)."""
     shapes = event.input_shapes
+    if event.name == LINEAR:
+        x, w = shapes[:2]  # (..., K), (N, K)
+        return 2 * math.prod(x) * w[0]
     a, b = (shapes[1], shapes[2]) if event.name.startswith("aten::addmm") else shapes[:2]
     if event.name == "aten::bmm":
         return 2 * a[0] * a[1] * a[2] * b[2]

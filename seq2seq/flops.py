@@ -21,6 +21,8 @@ import time
 import torch
 from torch import nn
 
+from seq2seq import onednn
+
 # Dense bf16/fp16 tensor-core peaks in TFLOPS, matched against torch.cuda.get_device_name.
 PEAK_TFLOPS = {
     "H200": 989.0,
@@ -58,13 +60,15 @@ def peak_tflops(
 def cpu_peak_tflops(dtype: torch.dtype, size: int = 1024, repeats: int = 8) -> float:
     """TFLOPS of a square `size` matmul in `dtype` on this process's CPU threads, the best of
     `repeats` (after one warm-up): a CPU's peak depends on its cores, threads and instructions
-    (2 AVX-512 cores: ~0.22 fp32, ~0.9 bf16), so it is measured, once per dtype (~0.1 s).
-    Constant operands: drawing random ones would move the training's random generator."""
+    (2 AVX-512 cores: ~0.45 fp32, ~0.9 bf16), so it is measured, once per dtype (~0.1 s). The
+    matmul is the one training uses (onednn.matmul_t: float32 on oneDNN, where MKL's SGEMM
+    reaches ~0.2 on AMD CPUs). Constant operands: drawing random ones would move the
+    training's random generator."""
     a = b = torch.full((size, size), 0.5, dtype=dtype)
     best = float("inf")
     for _ in range(repeats + 1):
         start = time.perf_counter()
-        torch.mm(a, b)
+        onednn.matmul_t(a, b)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best / 1e12
 

@@ -12,17 +12,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.weak import WeakIdKeyDictionary
 
+from seq2seq import onednn
 from seq2seq.positional import PositionalEncoding
 
-# Inference linears on oneDNN (see `linear`); set to False to always use F.linear.
-ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and all(
-    hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight")
-)
-_ACTIVATION = {False: "none", True: "relu"}  # fused after the matmul
-# weight -> ((data pointer, version), its copy in oneDNN's blocked layout)
-_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
 # PyTorch's CPU softmax takes a scalar path for rows shorter than 16 (~10x slower per element,
 # forward and backward); training attention pads its keys up to this many (see `attend`)
 FAST_SOFTMAX_LEN = 16
@@ -30,44 +23,17 @@ FAST_SOFTMAX_LEN = 16
 MATMUL_MAX_KEYS = 32
 
 
-def _autocast_cpu() -> bool:
-    try:
-        return torch.is_autocast_enabled("cpu")
-    except TypeError:  # torch < 2.4
-        return torch.is_autocast_cpu_enabled()
-
-
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
     """x @ weight.T + bias, then a ReLU if asked: (..., D_in) -> (..., D_out).
 
-    When no gradient is recorded (decoding) on a CPU, this calls oneDNN's matmul through the op
-    that torch.compile emits for linear layers (mkldnn::_linear_pointwise, ReLU fused): on
-    decoding-sized batches it is about twice as fast as the BLAS behind F.linear (measured in
-    benchmarks/decode.py). Training, other devices and autocast keep F.linear.
+    float32 on a CPU runs on oneDNN (seq2seq/onednn.py): ~2x MKL's SGEMM behind F.linear on
+    the AMD CPU we measure on, training and decoding alike. Other dtypes, autocast and other
+    devices keep F.linear.
     """
-    if (
-        ONEDNN_LINEAR
-        and x.device.type == "cpu"
-        and x.dtype == weight.dtype == torch.float32
-        and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
-        and not _autocast_cpu()
-    ):
-        packed = weight if weight.is_inference() else _packed(weight)  # no version to follow
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, _ACTIVATION[relu], [], "")
+    if onednn.usable(x, weight):
+        return onednn.linear(x, weight, bias, relu)
     out = F.linear(x, weight, bias)
     return F.relu(out) if relu else out
-
-
-def _packed(weight: Tensor) -> Tensor:
-    """`weight` reordered into oneDNN's blocked layout once, and again whenever it changes (an
-    optimizer step or a load bumps its version); faster than the plain layout (up to 1.5x on a
-    decoding step, whose weights are no longer in cache)."""
-    key = (weight.data_ptr(), weight._version)
-    hit = _PACKED.get(weight)
-    if hit is None or hit[0] != key:
-        hit = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
-        _PACKED[weight] = hit
-    return hit[1]
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:

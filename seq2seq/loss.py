@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from seq2seq import onednn
 from seq2seq.tokenizer import PAD_ID
 
 # rows of gradient, at most this many bytes, that share one weight-gradient matmul
@@ -128,6 +129,8 @@ def _chunked_loss_and_grads(
     hidden states (N, D) and output weights (V, D) of one dtype (see _LinearSmoothedNLL)."""
     (n, _), (v, _) = h_all.shape, w.shape
     fp32, branchless = h_all.dtype == torch.float32, h_all.device.type != "cpu"
+    fast = onednn.usable(h_all, w)  # float32 products on oneDNN (see seq2seq/onednn.py)
+    w_packed = onednn.pack(w) if fast else w  # (V, D) in oneDNN's layout, for the logits
     chunk = max(1, min(chunk, n))
     per_group = max(1, GROUP_BYTES // (chunk * v * h_all.element_size()))  # chunks
     logits = h_all.new_empty(chunk, v)  # (c, V) in `dtype`
@@ -136,27 +139,30 @@ def _chunked_loss_and_grads(
     probs = None if fp32 else torch.empty_like(x32)  # (c, V)
     group = h_all.new_empty(min(per_group * chunk, n), v)  # (g, V) rows of d loss / d logits
     grad_hidden = torch.empty_like(h_all)  # (N, D)
-    grad_weight = torch.zeros_like(w, dtype=torch.float32)  # (V, D)
+    grad_weight = onednn.weight_grad_zeros(v, w.size(1), h_all)  # (V, D) float32
     loss = nll = torch.zeros((), device=h_all.device)
     for start in range(0, n, chunk):
         end, g0 = min(start + chunk, n), start - start % group.size(0)  # g0: the group's start
         h, t, rows = h_all[start:end], target[start:end], end - start
         grad = group[start - g0 : end - g0]  # (c, V)
-        torch.mm(h, w.T, out=logits[:rows])  # (c, V)
-        x = x32[:rows] if fp32 else x32[:rows].copy_(logits[:rows])  # (c, V) float32
+        if fast:
+            x = onednn.matmul_t(h, w_packed)  # (c, V) float32, a new tensor
+        else:
+            torch.mm(h, w.T, out=logits[:rows])  # (c, V)
+            x = x32[:rows] if fp32 else x32[:rows].copy_(logits[:rows])  # (c, V) float32
         p = torch.softmax(x, -1, out=grad if probs is None else probs[:rows])  # (c, V)
         loss_c, nll_c = _chunk_terms(x, p, t, eps, branchless)
         loss, nll = loss + loss_c, nll + nll_c
         _smoothed_grad(p, t, eps)  # (c, V) in float32
         if probs is not None:
             grad.copy_(p)  # (c, V) in `dtype`
-        torch.mm(grad, w, out=grad_hidden[start:end])  # (c, D)
+        grad_hidden[start:end] = onednn.matmul_t(grad, w.T)  # (c, D)
         if end == n or end - g0 == group.size(0):  # the group is complete
             g, hg = group[: end - g0], h_all[g0:end]  # (g, V), (g, D)
-            if fp32:
+            if fp32 and not fast:
                 grad_weight.addmm_(g.T, hg)  # (V, D)
-            else:  # in autocast's dtype, as for any linear layer, summed in float32
-                grad_weight.add_(g.T @ hg)  # (V, D)
+            else:  # in bf16, autocast's dtype as for any linear layer, summed in float32
+                grad_weight.add_(onednn.weight_grad(g, hg))  # (V, D)
     return loss, nll, grad_hidden, grad_weight
 
 

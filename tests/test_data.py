@@ -377,6 +377,7 @@ def test_read_lines_round_trip_property(
 @settings(max_examples=80, deadline=None)
 @given(src=st.lists(LINE, min_size=1, max_size=8), tgt=st.lists(LINE, min_size=1, max_size=8))
 def test_read_parallel_property(src: list[str], tgt: list[str]) -> None:
+    assume(not src[0].startswith("\ufeff"))  # written without a BOM, it would be read as one
     with tempfile.TemporaryDirectory() as folder:
         src_path, tgt_path = Path(folder) / "a.en", Path(folder) / "a.de.gz"
         write_lines(src_path, src, crlf=False, bom=False, final=True, packed=False)

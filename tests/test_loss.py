@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from seq2seq import loss as loss_module
+from seq2seq import onednn
 from seq2seq.loss import (
     GROUP_BYTES,
     _chunk_terms,
@@ -38,14 +39,17 @@ def test_label_smoothed_nll_gradient_matches_autograd(eps: float) -> None:
     assert got[[0, 7]].abs().max() == 0  # padding gets no gradient
 
 
+@pytest.mark.parametrize("use_onednn", [True, False], ids=["onednn", "torch-mm"])
 @pytest.mark.parametrize(("eps", "chunk", "group_bytes"),
                          [(0.0, 4, GROUP_BYTES), (0.1, 7, GROUP_BYTES), (0.1, 1000, GROUP_BYTES),
                           (0.1, 4, 4 * 13 * 4), (0.1, 3, 2 * 3 * 13 * 4)])  # fmt: skip
 def test_linear_label_smoothed_nll_matches_logits_first(
-    eps: float, chunk: int, group_bytes: int, monkeypatch: pytest.MonkeyPatch
+    eps: float, chunk: int, group_bytes: int, use_onednn: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Any chunk size, and weight gradients from groups of 1 or 2 chunks or of all rows."""
+    """Any chunk size, and weight gradients from groups of 1 or 2 chunks or of all rows; with
+    the products on oneDNN (float32 on a CPU) or on torch.mm."""
     monkeypatch.setattr(loss_module, "GROUP_BYTES", group_bytes)
+    monkeypatch.setattr(onednn, "ENABLED", use_onednn and onednn.ENABLED)
     gen = torch.Generator().manual_seed(2)
     hidden = torch.randn(23, 8, generator=gen).requires_grad_()
     weight = torch.randn(13, 8, generator=gen).requires_grad_()
