@@ -59,6 +59,8 @@ def spawn(engine: str, mode: str, inputs_path: Path, threads: int, profile: bool
     """One worker process; threads pinned through the environment as well."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+    if engine != "ours":  # as users run them: oneDNN's default caches (ours: onednn.py)
+        env.update(ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024", LRU_CACHE_CAPACITY="1024")
     cmd = [sys.executable, __file__, "--worker", engine, mode, str(inputs_path)]
     done = subprocess.run(cmd + (["--profile"] if profile else []), env=env, capture_output=True,
                           text=True, check=False)  # fmt: skip

@@ -8,15 +8,29 @@ oneDNN. Here float32 ones go there too, through `mkldnn::_linear_pointwise`, the
 torch.compile emits for CPU linear layers: forward, both gradients, and the fused loss.
 
 Set ENABLED to False to keep F.linear and torch.mm everywhere.
+
+oneDNN caches what it builds for each new shape: its primitive cache and ideep's LRU cache hold
+1,024 entries each by default, and every batch brings new shapes (its token count). On this
+benchmark's batches that held memory growing for hours, to 2.4 GB after 90 bf16 steps (4.5-6.3
+GB in docs/RESULTS.md's runs) and 3.2 GB after 120 fp32 steps, against ~1.0-1.3 GB flat with 16
+entries each, at the same speed (a step's products share few shapes). Importing this module
+sets both capacities to CACHE_CAPACITY unless they are set already; oneDNN reads them when it
+first runs, so that must happen before the process's first oneDNN product (importing
+seq2seq.layers or seq2seq.model does it).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
+
+CACHE_CAPACITY = 16  # oneDNN primitives and ideep computations cached, each (see above)
+for _variable in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+    os.environ.setdefault(_variable, str(CACHE_CAPACITY))
 
 ENABLED = torch.backends.mkldnn.is_available() and all(
     hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -98,3 +102,18 @@ def test_layers_linear_trains_on_onednn_in_float32_only(monkeypatch: pytest.Monk
         assert type(layer(x).grad_fn).__name__ == "AddmmBackward0"
     monkeypatch.setattr(onednn, "ENABLED", False)
     assert type(layer(x).grad_fn).__name__ == "AddmmBackward0"
+
+
+def test_importing_caps_onednn_caches_unless_the_user_set_them() -> None:
+    """A fresh interpreter: seq2seq.layers sets both cache capacities; a value exported before
+    is kept."""
+    code = (
+        "import os, seq2seq.layers; "
+        "print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], os.environ['LRU_CACHE_CAPACITY'])"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("CACHE_CAPACITY")}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.stdout.split() == [str(onednn.CACHE_CAPACITY)] * 2, run.stderr
+    env["LRU_CACHE_CAPACITY"] = "7"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.stdout.split() == [str(onednn.CACHE_CAPACITY), "7"], run.stderr
