@@ -10,13 +10,13 @@ torch.compile emits for CPU linear layers: forward, both gradients, and the fuse
 Set ENABLED to False to keep F.linear and torch.mm everywhere.
 
 oneDNN caches what it builds for each new shape: its primitive cache and ideep's LRU cache hold
-1,024 entries each by default, and every batch brings new shapes (its token count). On this
-benchmark's batches that held memory growing for hours, to 2.4 GB after 90 bf16 steps (4.5-6.3
-GB in docs/RESULTS.md's runs) and 3.2 GB after 120 fp32 steps, against ~1.0-1.3 GB flat with 16
-entries each, at the same speed (a step's products share few shapes). Importing this module
-sets both capacities to CACHE_CAPACITY unless they are set already; oneDNN reads them when it
-first runs, so that must happen before the process's first oneDNN product (importing
-seq2seq.layers or seq2seq.model does it).
+1,024 entries each by default, and every batch brings new shapes (its token count). So memory
+grew as training went on: on benchmarks/train_throughput.py's batches to 2.4 GB after 90 bf16
+steps and 3.2 GB after 120 fp32 steps (4.5-6.3 GB over docs/RESULTS.md's bf16 runs), against
+~1.0-1.3 GB flat with 16 entries each, at the same speed (a step's products share few
+shapes). Importing this module sets both capacities to CACHE_CAPACITY unless they are set
+already; oneDNN reads them when it first runs, so that must happen before the process's first
+oneDNN product (importing seq2seq.layers or seq2seq.model does it).
 """
 
 from __future__ import annotations
