@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from common import ONEDNN_DEFAULT_CACHES
+
 HERE = Path(__file__).resolve().parent
 ENGINE_NAMES = ["ours", "hf", "ct2_float32", "ct2_int8"]
 
@@ -60,7 +62,7 @@ def spawn(engine: str, mode: str, inputs_path: Path, threads: int, profile: bool
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
     if engine != "ours":  # as users run them: oneDNN's default caches (ours: onednn.py)
-        env.update(ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024", LRU_CACHE_CAPACITY="1024")
+        env.update(ONEDNN_DEFAULT_CACHES)
     cmd = [sys.executable, __file__, "--worker", engine, mode, str(inputs_path)]
     done = subprocess.run(cmd + (["--profile"] if profile else []), env=env, capture_output=True,
                           text=True, check=False)  # fmt: skip

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from common import ROOT, median, peak_rss_mb, update_doc, write_json
+from common import ONEDNN_DEFAULT_CACHES, ROOT, median, peak_rss_mb, update_doc, write_json
 from hydra import compose, initialize_config_dir
 
 from seq2seq.config import CONFIG_DIR, TrainConfig, register_configs
@@ -222,8 +222,8 @@ def child(engine: str, args: argparse.Namespace) -> dict[str, Any]:
            "--max-tokens", str(args.max_tokens), "--precision", args.precision,
            "--dropout", str(args.dropout)] + (["--compile"] if args.compile else [])  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
-    if engine != "ours":  # Marian as users run it: oneDNN's default caches (ours: onednn.py)
-        env.update(ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024", LRU_CACHE_CAPACITY="1024")
+    if engine != "ours":  # as users run them: oneDNN's default caches (ours: onednn.py)
+        env.update(ONEDNN_DEFAULT_CACHES)
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{engine} failed:\n{out.stderr[-3000:]}")

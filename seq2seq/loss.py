@@ -133,7 +133,7 @@ def _chunked_loss_and_grads(
     w_packed = onednn.pack(w) if fast else w  # (V, D) in oneDNN's layout, for the logits
     chunk = max(1, min(chunk, n))
     per_group = max(1, GROUP_BYTES // (chunk * v * h_all.element_size()))  # chunks
-    logits = h_all.new_empty(chunk, v)  # (c, V) in `dtype`
+    logits = h_all.new_empty(0 if fast else chunk, v)  # (c, V) in `dtype`; oneDNN makes its own
     # float32 copies of the logits and their softmax (in fp32: the logits, and the group rows)
     x32 = logits if fp32 else logits.new_empty(chunk, v, dtype=torch.float32)  # (c, V)
     probs = None if fp32 else torch.empty_like(x32)  # (c, V)
