@@ -47,6 +47,7 @@ class LengthPenaltyKind(str, Enum):
 
 
 class Precision(str, Enum):
+    auto = "auto"  # the faster of fp32 and bf16, timed on a CPU; bf16 on a GPU that supports it
     fp32 = "fp32"
     bf16 = "bf16"  # autocast to bfloat16 (CUDA or CPU)
     fp16 = "fp16"  # autocast to float16 with a gradient scaler (CUDA)
@@ -124,7 +125,9 @@ class TrainerConfig:
     valid_every: int = 500  # steps between validations (and checkpoints)
     valid_bleu_sentences: int = 0  # validation sentences decoded for BLEU (0 = all)
     keep_last: int = 3  # periodic checkpoints kept, besides best.pt
-    precision: Precision = Precision.fp32  # fp32 | bf16 | fp16
+    # auto | fp32 | bf16 | fp16. auto times a few real steps in fp32 and bf16 before a CPU run
+    # and keeps the faster (bf16 on a CUDA GPU that supports it); a resumed run keeps its choice
+    precision: Precision = Precision.auto
     # torch.compile the model for training (first steps slower while it compiles; CUDA mainly)
     compile: bool = False
     # device peak in TFLOPS for train/mfu in TensorBoard; 0 = a table of GPUs by name

@@ -133,7 +133,8 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
         summary["averaged"] = [p.name for p in sources]
     return {**summary, "best_valid_bleu": s.best_bleu, "steps": s.step,
             "skipped_steps": s.skipped_steps, "train_minutes": fit_seconds / 60,
-            "params": trainer.model.num_params(),
+            "params": trainer.model.num_params(), "precision": trainer.precision.value,
+            "precision_s_per_step": trainer.precision_times,
             "train_tokens_per_s": (s.tokens - start_tokens) / fit_seconds}  # fmt: skip
 
 

@@ -12,6 +12,7 @@ docs/RELIABILITY.md lists how every fault is handled.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import math
 import random
@@ -51,6 +52,7 @@ from seq2seq.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.interrupt import StopSignals, TrainingInterrupted
 from seq2seq.loss import linear_label_smoothed_nll
 from seq2seq.metrics import Window, validate
+from seq2seq.precision import device_default, faster, time_precisions
 from seq2seq.resume import ResumeError, data_fingerprint, restore_rng, rng_state
 from seq2seq.rundir import LOG_NAME, StepLog
 from seq2seq.search import translate_ids
@@ -82,6 +84,7 @@ class TrainState:
     skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient, in all
     log_records: int = 0  # records in train_log.jsonl when the checkpoint was written
     world_size: int = 1  # processes (torchrun ranks) the batch position `batch` refers to
+    precision: str = ""  # the precision trained in (what trainer.precision=auto chose)
 
 
 Resume = tuple[Path, dict[str, Any]]
@@ -115,16 +118,20 @@ class Trainer:
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, self.device)
         self.scaler = torch.amp.GradScaler(enabled=t.precision == Precision.fp16)
         self.state = TrainState(world_size=self.dist.world)
+        self.precision = t.precision  # auto is resolved below, once the model can take steps
+        self.precision_times: dict[str, float] = {}  # auto's timing on a CPU: s/step each
         self.ckpt_dir = run_dir / "checkpoints"
         self.saved: tuple[Path, int] | None = None  # the newest checkpoint written, and its step
         self._batches: tuple[int, list[list[int]]] = (-1, [])
         if resume is not None:
             self.restore(*resume)  # last: it sets the random generators
         self.wrap_model()
+        self.precision = self.state_precision()
+        self.state.precision = self.precision.value
         m = cfg.model
         self.flops = FlopCounter(self.model, m.d_model, (m.enc_layers, m.dec_layers),
                                  self.tgt_tok.vocab_size)  # fmt: skip
-        peak = peak_tflops(self.device, t.peak_tflops, DTYPES[t.precision])
+        peak = peak_tflops(self.device, t.peak_tflops, DTYPES[self.precision])
         peak *= 1e12 * self.dist.world
         self.throughput = Throughput(peak)
         self.steplog: StepLog | NullWriter = NullWriter()
@@ -134,9 +141,9 @@ class Trainer:
             # hide TensorBoard events a killed process wrote after the checkpoint
             self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=self.state.step + 1)
         log.info(
-            "model: %d parameters; vocab %d/%d; train %d pairs; device %s",
+            "model: %d parameters; vocab %d/%d; train %d pairs; device %s; precision %s",
             self.model.num_params(), self.src_tok.vocab_size, self.tgt_tok.vocab_size,
-            len(self.train_data), self.device,
+            len(self.train_data), self.device, self.precision.value,
         )  # fmt: skip
 
     def wrap_model(self) -> None:
@@ -191,9 +198,66 @@ class Trainer:
         s = self.state
         log.info("resumed from %s: step %d, epoch %d, batch %d", path, s.step, s.epoch, s.batch)
 
+    def state_precision(self) -> Precision:
+        """trainer.precision, with auto resolved: a resumed run keeps the precision it started
+        with; a new run on a CPU times real steps in fp32 and bf16 (rank 0's choice binds all
+        ranks); on a GPU, bf16 where supported."""
+        asked = self.cfg.trainer.precision
+        if asked != Precision.auto:
+            return asked
+        if self.state.precision:
+            log.info("precision auto: %s, as chosen when the run started", self.state.precision)
+            return Precision(self.state.precision)
+        chosen = device_default(self.device)
+        if chosen is not None:
+            log.info("precision auto: %s on %s", chosen.value, self.device)
+            return chosen
+        times = self.time_precisions()
+        chosen = broadcast(faster(times))
+        self.precision_times = {p.value: s for p, s in times.items()}
+        log.info("precision auto: %s on this CPU (s/step: %s)", chosen.value,
+                 ", ".join(f"{p} {s:.4f}" for p, s in self.precision_times.items()))  # fmt: skip
+        return chosen
+
+    def time_precisions(self) -> dict[Precision, float]:
+        """Seconds per training step in each candidate precision, on this run's first batches;
+        the weights, optimizer, schedule and random generators are put back afterwards, so the
+        run goes on as if no step had been taken."""
+        saved = (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.optimizer.state_dict()),
+                 self.scheduler.state_dict(), rng_state())  # fmt: skip
+        t = self.cfg.trainer
+        batches = self.epoch_batches(0)
+        groups = [batches[i : i + t.accum_steps] for i in range(0, len(batches), t.accum_steps)]
+        groups = [[self._collate(i) for i in g] for g in groups[:2]]
+
+        def step(precision: Precision, round_: int) -> None:
+            self.precision = precision
+            self.probe_step(groups[round_ % len(groups)])
+
+        try:
+            return time_precisions(step)
+        finally:
+            self.model.load_state_dict(saved[0])
+            self.optimizer.load_state_dict(saved[1])
+            self.scheduler.load_state_dict(saved[2])
+            restore_rng(saved[3])
+
+    def probe_step(self, group: list[Batch]) -> None:
+        """A training step's work (forward, loss, backward, clipping, AdamW) without its
+        bookkeeping: what trainer.precision=auto times."""
+        tokens = sum(b.tgt_tokens for b in group)
+        for i, batch in enumerate(group):
+            with self.grad_sync(last=i == len(group) - 1):
+                loss, _ = self.batch_loss(batch)
+                (loss / tokens).backward()
+        clip = self.cfg.optim.clip_norm
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """bf16/fp16 autocast as configured (fp32: no-op)."""
-        precision = self.cfg.trainer.precision
+        precision = self.precision
         if precision == Precision.fp32:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=DTYPES[precision])

@@ -61,6 +61,7 @@ def tiny_overrides(data: Path, cache: Path, *extra: str) -> list[str]:
         "trainer.progress=false",
         "trainer.device=cpu",
         "trainer.threads=1",
+        "trainer.precision=fp32",  # auto would time both; runs compared bit for bit must agree
         *extra,
     ]
 
