@@ -14,8 +14,9 @@ autocast for both). The batches are the first of epoch
 0 from data.token_batches (length-bucketed, --max-tokens padded tokens), collated before timing.
 Each engine runs in its own child process (for its peak RSS); the repeats alternate the order of
 the engines. Marian starts from our model's initial weights (copied: fused key/value projections
-split, our sinusoid table), which the eval-mode loss of the first batch at step 0 shows (equal in
-both); with --dropout 0 the loss curves then agree step by step (dropout masks differ otherwise).
+split, our sinusoid table). The premise is checked before any timing is reported: a failed copy
+aborts the run, and so does an eval-mode loss of the first batch at step 0 that differs between
+ours and either Marian by more than LOSS_TOLERANCE.
 Medians go to benchmarks/results/train_throughput.json and docs/BENCHMARKS.md (train_throughput).
 """
 
@@ -41,6 +42,8 @@ from seq2seq.data import Batch, collate
 from seq2seq.loss import label_smoothed_nll
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
+# the premise: first-batch eval-mode losses of ours and Marian at the same initial weights agree
+LOSS_TOLERANCE = 1e-5
 # Marian runs with each of its attention implementations; we are compared with the faster
 ENGINES = ("ours", "hf", "hf_eager")
 HF_ATTENTION = {"hf": "sdpa", "hf_eager": "eager"}
@@ -189,8 +192,8 @@ def engine_step(engine: str, cfg: TrainConfig, vocab: int, run_dir: Path) -> tup
     torch.manual_seed(cfg.trainer.seed)  # as the Trainer does before building its model
     try:
         copy_into_marian(build_model(cfg, vocab, vocab).state_dict(), model, cfg.model.d_model)
-    except (KeyError, AttributeError, RuntimeError) as err:
-        print(f"Marian keeps its own initial weights: {err!r}", file=sys.stderr)
+    except (KeyError, AttributeError, RuntimeError) as err:  # no comparison without the premise
+        raise SystemExit(f"cannot copy our initial weights into Marian: {err!r}") from err
     optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))
     bf16 = cfg.trainer.precision.value == "bf16"
     return (lambda b: hf_step(model, optimizer, scheduler, b, smoothing, bf16),
@@ -228,6 +231,21 @@ def child(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     if out.returncode != 0:
         raise SystemExit(f"{engine} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def check_premise(runs: dict[str, list[dict[str, Any]]]) -> float:
+    """The engines start from the same function: the eval-mode loss of the first batch at the
+    initial weights agrees to LOSS_TOLERANCE between ours and each Marian. Returns the largest
+    difference; aborts the benchmark (before any timing is reported) when it does not hold."""
+    losses = {e: runs[e][0]["initial_eval_loss"] for e in ENGINES}
+    gaps = {e: abs(losses[e] - losses["ours"]) for e in ENGINES[1:]}
+    if max(gaps.values()) > LOSS_TOLERANCE:
+        shown = ", ".join(f"{e} {loss:.8f}" for e, loss in losses.items())
+        raise SystemExit(
+            f"the engines do not compute the same function: first-batch eval loss {shown} "
+            f"(tolerance {LOSS_TOLERANCE}); no timing is reported"
+        )
+    return max(gaps.values())
 
 
 def summarise(runs: list[dict[str, Any]], warmup: int) -> dict[str, float]:
@@ -268,9 +286,10 @@ def report(result: dict[str, Any]) -> str:
         + "\n".join(rows)
         + f"\n\nSpeed-up (src+tgt tokens/s) over the faster Marian ({NAMES[result['hf_best']]}): "
         f"**{result['speedup']:.2f}x**.\n\n"
-        f"Same initial weights (copied into Marian): eval-mode loss of the first batch "
-        f"{ours['initial_eval_loss']:.6f} (ours) vs {result['hf']['initial_eval_loss']:.6f} "
-        "(Marian). Loss "
+        f"Same initial weights (copied into Marian), checked before timing: eval-mode loss of the "
+        f"first batch {ours['initial_eval_loss']:.8f} (ours) vs "
+        f"{result['hf']['initial_eval_loss']:.8f} (Marian), largest gap "
+        f"{result['initial_loss_gap']:.1e} (the run aborts above {LOSS_TOLERANCE:.0e}). Loss "
         f"per target token at each step (same batches and schedule, dropout {result['dropout']}; "
         "with dropout the masks differ, so the curves agree in trend, and exactly with "
         "`--dropout 0`):\n\n" + curves + "\n"
@@ -301,14 +320,18 @@ def main() -> None:
         print(json.dumps(run_engine(args.engine, cfg, args.steps)))
         return
     runs: dict[str, list[dict[str, Any]]] = {e: [] for e in ENGINES}
+    gap = 0.0
     for repeat in range(args.repeats):
         for engine in ENGINES if repeat % 2 == 0 else ENGINES[::-1]:
             runs[engine].append(child(engine, args))
+        if repeat == 0:
+            gap = check_premise(runs)
+        for engine in ENGINES:
             print(f"repeat {repeat + 1} {engine}: {runs[engine][-1]['seconds']}", flush=True)
     result: dict[str, Any] = {e: summarise(runs[e], args.warmup) for e in ENGINES}
     hf_best = max(ENGINES[1:], key=lambda e: result[e]["src_tgt_tokens_per_s"])
     speedup = result["ours"]["src_tgt_tokens_per_s"] / result[hf_best]["src_tgt_tokens_per_s"]
-    result.update(speedup=speedup, hf_best=hf_best,
+    result.update(speedup=speedup, hf_best=hf_best, initial_loss_gap=gap,
                   loss_curves={e: runs[e][0]["losses"] for e in ENGINES}, repeats=args.repeats,
                   steps=args.steps, warmup=args.warmup, steps_total=args.steps + args.warmup,
                   threads=args.threads, max_tokens=args.max_tokens,

@@ -249,6 +249,19 @@ def signature_lines(jobs: list[Job]) -> list[str]:
     return lines
 
 
+def machine_line(jobs: list[Job]) -> str:
+    """The machines and dates the jobs ran on (results.json's "machine"): the times and speeds
+    in the tables hold for those CPUs."""
+    seen = ordered(
+        f"{m.get('cpu_model')}, {m.get('cores')} cores, torch {m.get('torch')}, {m.get('date')}"
+        for j in jobs
+        if j.results and isinstance(m := j.results.get("machine"), dict)
+    )
+    unknown = sum(1 for j in jobs if j.results and not isinstance(j.results.get("machine"), dict))
+    parts = list(seen) + ([f"not recorded for {unknown} job(s)"] if unknown else [])
+    return "Machine (times and speeds hold for it): " + ("; ".join(parts) or "no results") + "."
+
+
 def failed_lines(jobs: list[Job]) -> list[str]:
     """One line per failed or unfinished job, or a line saying there is none."""
     failed = [j for j in jobs if j.problem is not None]
@@ -268,6 +281,8 @@ def render_markdown(title: str, rows: list[Row], jobs: list[Job], notes: list[st
         "",
         f"Jobs: {n_done} finished, {len(jobs) - n_done} failed or "
         f"unfinished. Sweeps: {', '.join(ordered(f'`{j.sweep}`' for j in jobs))}.",
+        "",
+        machine_line(jobs),
         "",
         "## Test scores (mean ± std over seeds)",
         "",

@@ -29,6 +29,7 @@ from seq2seq.data import DataError
 from seq2seq.distributed import broadcast, cleanup, init_distributed
 from seq2seq.interrupt import TrainingInterrupted
 from seq2seq.loss import label_smoothed_nll
+from seq2seq.machine import describe
 from seq2seq.resume import (
     ResumeError,
     check_compatible,
@@ -97,6 +98,7 @@ def train(
             trainer.close()
     summary["resumed_from"] = str(resume[0]) if resume else None
     summary["minutes"] = (time.monotonic() - start) / 60
+    summary["machine"] = describe()  # the times and speeds above hold for this CPU
     (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"checkpoints: {trainer.ckpt_dir}\ntensorboard: tensorboard --logdir {run_dir / 'tb'}")
     for tag, results in (("", summary["test"]), (" averaged", summary.get("test_average", {}))):

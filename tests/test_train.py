@@ -184,6 +184,8 @@ def test_results_json(run: Run) -> None:
     assert test == run.results["test"]
     hyp = (run.run_dir / "test.hyp").read_text(encoding="utf-8").splitlines()
     assert len(hyp) == SLICE["test"]
+    assert results["machine"]["cores"] >= 1 and results["machine"]["cpu_model"]  # times' CPU
+    assert results["precision"] in ("fp32", "bf16")
 
 
 def input_lines(run: Run) -> list[str]:
