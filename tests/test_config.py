@@ -3,6 +3,7 @@ TrainConfig (and a model), and bad keys or values fail early with the key in the
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +15,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.build import build_model
 from seq2seq.config import (
+    DataConfig,
     DecodeConfig,
     EvaluateConfig,
+    ModelConfig,
+    OptimConfig,
+    PosEncodingConfig,
     PosKind,
+    TokenizerConfig,
     TrainConfig,
+    TrainerConfig,
     TranslateConfig,
     check_config,
     check_decode,
     register_configs,
 )
 from seq2seq.positional import ALiBi, PositionalEncoding, Rotary, Sinusoidal
+from tests.config_snapshot import SNAPSHOT, resolve_all
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 GROUPS = ["data", "tokenizer", "model", "pos_encoding", "optim", "trainer", "decode", "experiment"]
@@ -199,3 +207,31 @@ def test_check_decode_names_its_prefix() -> None:
     with pytest.raises(ValueError, match=r"decode\.batch_size=0"):
         check_decode(DecodeConfig(batch_size=0))
     check_decode(DecodeConfig(method="greedy", nbest=1, beam_size=1))  # type: ignore[arg-type]
+
+
+def test_every_config_resolves_as_the_snapshot_says() -> None:
+    """Defaults live once, in seq2seq/config.py: the YAMLs hold only what differs, and every
+    option still composes to the values of tests/data/resolved_configs.json (rewrite it with
+    `python -m tests.config_snapshot` after an intended change)."""
+    want = json.loads(SNAPSHOT.read_text())
+    got = resolve_all()
+    assert sorted(got) == sorted(want)  # a new or removed option: rewrite the snapshot
+    for case, values in want.items():
+        assert got[case] == values, case
+
+
+@pytest.mark.parametrize("group,option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_group_files_restate_no_default(group: str, option: str) -> None:
+    """A group file sets only values that differ from its schema's defaults (besides `kind`,
+    `method` and `name`, which say what the option is)."""
+    if group == "experiment":
+        return  # recipes override other groups' choices, not the schema's defaults
+    schema = {"pos_encoding": PosEncodingConfig, "decode": DecodeConfig, "data": DataConfig,
+              "tokenizer": TokenizerConfig, "model": ModelConfig, "optim": OptimConfig,
+              "trainer": TrainerConfig}[group]  # fmt: skip
+    defaults = OmegaConf.to_container(OmegaConf.structured(schema), enum_to_str=True)
+    values = OmegaConf.to_container(OmegaConf.load(CONFIGS / group / f"{option}.yaml"))
+    assert isinstance(values, dict) and isinstance(defaults, dict)
+    for key, value in values.items():
+        if key not in ("kind", "method", "name"):
+            assert value != defaults[key], f"configs/{group}/{option}.yaml restates {key}"
