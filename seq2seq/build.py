@@ -13,7 +13,14 @@ import torch
 from torch.autograd.graph import increment_version
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint
-from seq2seq.config import DataConfig, OptimConfig, PosEncodingConfig, TokenizerConfig, TrainConfig
+from seq2seq.config import (
+    ConfigError,
+    DataConfig,
+    OptimConfig,
+    PosEncodingConfig,
+    TokenizerConfig,
+    TrainConfig,
+)
 from seq2seq.data import drop_empty, drop_long, find_split_file, read_parallel
 from seq2seq.model import EncoderDecoder
 from seq2seq.positional import build_positional
@@ -173,10 +180,19 @@ def build_optimizer(
 
 
 def resolve_device(name: str) -> torch.device:
-    """'auto' picks CUDA when present, else the CPU."""
+    """'auto' picks CUDA when present, else the CPU. A device that does not exist here is a
+    ConfigError naming it."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ConfigError(
+            f"config: device={name!r} is invalid; use auto, cpu, cuda or cuda:N"
+        ) from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"config: device={name!r} but torch sees no CUDA GPU; use auto or cpu")
+    return device
 
 
 def checkpoint_bytes(cfg: TrainConfig) -> int:

@@ -12,11 +12,10 @@ import logging
 import sys
 from pathlib import Path
 
-import hydra
 import sacrebleu
-from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.config import CONFIG_DIR, DecodeConfig, EvaluateConfig, register_configs
+from seq2seq.cli import entry_point
+from seq2seq.config import ConfigError, DecodeConfig, EvaluateConfig, check_decode, register_configs
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +23,9 @@ log = logging.getLogger(__name__)
 def score(hyps: list[str], refs: list[str], lowercase: bool = False) -> dict[str, object]:
     """Corpus BLEU (13a, cased) and chrF, plus lowercased BLEU when asked, with signatures."""
     if len(hyps) != len(refs):
-        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references: they must align")
+        from seq2seq.data import DataError  # imports torch: only when it is needed
+
+        raise DataError(f"{len(hyps)} hypotheses but {len(refs)} references: they must align")
     bleu = sacrebleu.BLEU()
     chrf = sacrebleu.CHRF()
     result: dict[str, object] = {
@@ -70,16 +71,17 @@ def run(cfg: EvaluateConfig) -> dict[str, object]:
     """Score a hypothesis file, or a checkpoint on a split, as cfg says."""
     from seq2seq.data import read_lines
 
+    check_decode(cfg.decode)  # a bad value is an error even where it would go unused
     if cfg.hyp is not None:
         if cfg.ref is None:
-            raise ValueError("hyp= needs ref=: the reference file to score against")
+            raise ConfigError("hyp= needs ref=: the reference file to score against")
         hyps, refs = read_lines(Path(cfg.hyp)), read_lines(Path(cfg.ref))
         name = Path(cfg.hyp).name
     elif cfg.ckpt is not None:
         hyps, refs = translate_split(cfg.ckpt, cfg.split, cfg.data_root, cfg.decode, cfg.device)
         name = cfg.split
     else:
-        raise ValueError("give ckpt=PATH (with split=NAME) or hyp=FILE ref=FILE")
+        raise ConfigError("give ckpt=PATH (with split=NAME) or hyp=FILE ref=FILE")
     scores = score(hyps, refs, cfg.lowercase)
     if cfg.json == "-":
         json.dump(scores, sys.stdout, indent=2)
@@ -92,13 +94,7 @@ def run(cfg: EvaluateConfig) -> dict[str, object]:
 
 
 register_configs()
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
-def main(cfg: DictConfig) -> None:
-    """Entry point of seq2seq-evaluate."""
-    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(message)s", stream=sys.stderr)
-    run(OmegaConf.to_object(cfg))  # type: ignore[arg-type]
+main = entry_point("evaluate", run)  # seq2seq-evaluate; user errors exit 1 with one line
 
 
 if __name__ == "__main__":

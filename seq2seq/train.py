@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.build import checkpoint_bytes, resolve_device
 from seq2seq.checkpoint import CheckpointError, load_checkpoint
+from seq2seq.cli import run_hydra
 from seq2seq.config import CONFIG_DIR, ConfigError, TrainConfig, check_config, register_configs
 from seq2seq.data import DataError
 from seq2seq.distributed import broadcast, cleanup, init_distributed
@@ -182,7 +183,7 @@ def cli() -> None:
     """seq2seq-train: `main` with WORKER_OVERRIDES added on torchrun ranks other than 0."""
     if int(os.environ.get("RANK", "0")) > 0:
         sys.argv = [sys.argv[0], *merge_overrides(sys.argv[1:], WORKER_OVERRIDES)]
-    main()
+    run_hydra(main)  # a bad override: one `error: ConfigError: ...` line, exit status 1
 
 
 if __name__ == "__main__":

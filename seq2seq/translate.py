@@ -12,15 +12,17 @@ import logging
 import sys
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
-
 from seq2seq.build import load_for_inference
-from seq2seq.config import CONFIG_DIR, TranslateConfig, check_decode, register_configs
+from seq2seq.cli import entry_point
+from seq2seq.config import TrainConfig, TranslateConfig, check_decode, register_configs
 from seq2seq.data import decode_text, read_lines, split_lines
+from seq2seq.model import EncoderDecoder
 from seq2seq.search import translate_ids
+from seq2seq.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
+
+Loaded = tuple[EncoderDecoder, Tokenizer, Tokenizer, TrainConfig]
 
 
 def read_input(path: str) -> list[str]:
@@ -31,12 +33,19 @@ def read_input(path: str) -> list[str]:
     return split_lines(decode_text("<stdin>", sys.stdin.buffer.read()))
 
 
-def translate_lines(cfg: TranslateConfig, lines: list[str]) -> list[str]:
+def load_model(cfg: TranslateConfig) -> Loaded:
+    """Check the decoding settings, then load the checkpoint (model, tokenizers, its config)."""
+    check_decode(cfg.decode)
+    return load_for_inference(cfg.ckpt, cfg.device)
+
+
+def translate_lines(
+    cfg: TranslateConfig, lines: list[str], loaded: Loaded | None = None
+) -> list[str]:
     """Translations of `lines` (nbest per line, best first); blank lines stay blank. Characters
     or words unseen in training become <unk>; lines over the training max_len (in tokens) are
-    truncated to it, with a warning naming them."""
-    check_decode(cfg.decode)
-    model, src_tok, tgt_tok, train_cfg = load_for_inference(cfg.ckpt, cfg.device)
+    truncated to it, with a warning naming them. Loads cfg.ckpt unless `loaded` is given."""
+    model, src_tok, tgt_tok, train_cfg = loaded if loaded is not None else load_model(cfg)
     ids = src_tok.encode_batch(lines)
     max_len = train_cfg.data.max_len
     long = [i + 1 for i, x in enumerate(ids) if len(x) > max_len]
@@ -56,10 +65,13 @@ def translate_lines(cfg: TranslateConfig, lines: list[str]) -> list[str]:
 
 def run(cfg: TranslateConfig) -> None:
     """Translate cfg.input into cfg.output, one line (nbest lines) per input line."""
+    # The checkpoint first: a bad one is reported at once, not after stdin reaches its end (the
+    # user may be typing) nor only when the input is non-empty.
+    loaded = load_model(cfg)
     lines = read_input(cfg.input)
-    if not lines:  # the checkpoint is still loaded, so that a bad one is reported all the same
+    if not lines:
         log.info("the input %s is empty: the output is empty too", cfg.input)
-    out = translate_lines(cfg, lines)
+    out = translate_lines(cfg, lines, loaded)
     text = "".join(t + "\n" for t in out)
     if cfg.output == "-":
         sys.stdout.write(text)
@@ -69,13 +81,7 @@ def run(cfg: TranslateConfig) -> None:
 
 
 register_configs()
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="translate")
-def main(cfg: DictConfig) -> None:
-    """Entry point of seq2seq-translate."""
-    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(message)s", stream=sys.stderr)
-    run(OmegaConf.to_object(cfg))  # type: ignore[arg-type]
+main = entry_point("translate", run)  # seq2seq-translate; user errors exit 1 with one line
 
 
 if __name__ == "__main__":
