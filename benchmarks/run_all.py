@@ -15,6 +15,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("train_throughput.py", []),
     ("train_throughput.py", ["--precision", "bf16"]),
     ("matmul_bound.py", []),
+    ("allocator_faults.py", []),
 ]
 
 

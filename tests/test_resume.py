@@ -1,6 +1,8 @@
-"""Tests for resuming (seq2seq/resume.py and the Trainer): a run killed with SIGKILL, stopped with
-SIGTERM or Ctrl-C, or left with a corrupt last.pt resumes to exactly the weights and log of a run
-that was never interrupted; config or data changes that would alter the run are refused."""
+"""Tests for resuming (seq2seq/resume.py and the Trainer): a run killed with SIGKILL (at the first
+step, mid-backward, during validation, while writing last.pt, right after it, during the test
+scoring), stopped with SIGTERM or Ctrl-C, or left with a corrupt last.pt resumes to exactly the
+checkpoint and log of a run that was never interrupted; config or data changes that would alter
+the run are refused."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 import pytest
 import torch
@@ -22,7 +27,7 @@ import torch
 import seq2seq.trainer
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seq2seq.config import TrainConfig
-from seq2seq.interrupt import TrainingInterrupted
+from seq2seq.interrupt import StopSignals, TrainingInterrupted
 from seq2seq.resume import (
     ResumeError,
     check_compatible,
@@ -38,6 +43,7 @@ from seq2seq.train import Trainer, train
 from tests.tiny_run import (
     REPO,
     assert_same_weights,
+    child_env,
     compose_train,
     start_child,
     tiny_overrides,
@@ -89,10 +95,30 @@ def results(run_dir: Path) -> object:
     return json.loads((run_dir / "results.json").read_text())["test"]
 
 
+def assert_same_tree(want: object, got: object, where: str = "") -> None:
+    """Equal nested dicts, lists and plain values, with bit-identical tensors (dtype included)."""
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor) and want.dtype == got.dtype, where
+        assert torch.equal(want, got), where
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and want.keys() == got.keys(), where
+        for key, value in want.items():
+            assert_same_tree(value, got[key], f"{where}[{key!r}]")
+    elif isinstance(want, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want), where
+        for i, (x, y) in enumerate(zip(want, got, strict=True)):
+            assert_same_tree(x, y, f"{where}[{i}]")
+    else:
+        assert type(got) is type(want) and got == want, (where, want, got)
+
+
 def assert_same_run(straight: Straight, run_dir: Path) -> None:
-    """Bit-identical weights and optimizer state, identical per-step log and test scores."""
-    assert_same_weights(straight.last, run_dir / "checkpoints" / "last.pt")
-    assert read_step_log(run_dir / LOG_NAME) == straight.log()
+    """A bit-identical last.pt: weights, optimizer (moments, step counts, param groups), LR
+    schedule, grad scaler, counters, random states, config and tokenizers; a byte-identical
+    train_log.jsonl; the same test scores."""
+    last = run_dir / "checkpoints" / "last.pt"
+    assert_same_tree(load_checkpoint(straight.last), load_checkpoint(last))
+    assert (run_dir / LOG_NAME).read_bytes() == (straight.run_dir / LOG_NAME).read_bytes()
     assert results(run_dir) == results(straight.run_dir)
 
 
@@ -127,6 +153,130 @@ def test_sigkill_then_resume_is_exact(straight: Straight, tmp_path: Path) -> Non
     assert_same_run(straight, run_dir)
 
 
+# The child of the SIGKILL tests: seq2seq-train, except that at the moment KILL_MOMENT, with
+# KILL_STEP optimizer steps done, it writes "<moment> <step>" to KILL_MARKER and sleeps until the
+# parent kills it. "writing_last" first writes half of last.pt's temporary file (and fsyncs it).
+KILL_CHILD = """
+import io, os, sys, time
+from pathlib import Path
+import torch
+import seq2seq.metrics as metrics
+import seq2seq.train as train
+import seq2seq.trainer as trainer
+MOMENT, STEP = os.environ["KILL_MOMENT"], int(os.environ["KILL_STEP"])
+MARKER, run = Path(os.environ["KILL_MARKER"]), {}
+def chosen(moment):
+    return moment == MOMENT and run["trainer"].state.step == STEP
+def stop_here(moment):
+    if chosen(moment):
+        MARKER.with_suffix(".tmp").write_text(f"{moment} {STEP}")
+        os.replace(MARKER.with_suffix(".tmp"), MARKER)
+        time.sleep(600)
+def wrap(owner, name, moment):
+    original = getattr(owner, name)
+    def stopping(*args, **kwargs):
+        stop_here(moment)
+        return original(*args, **kwargs)
+    setattr(owner, name, stopping)
+init, batch_loss = trainer.Trainer.__init__, trainer.Trainer.batch_loss
+def trainer_init(self, *args, **kwargs):
+    run["trainer"] = self
+    init(self, *args, **kwargs)
+def loss_and_hook(self, batch):
+    if chosen("backward"):  # a parameter half-way down: its gradient comes mid-backward
+        params = list(self.model.parameters())
+        params[len(params) // 2].register_hook(lambda grad: stop_here("backward"))
+    return batch_loss(self, batch)
+trainer.Trainer.__init__, trainer.Trainer.batch_loss = trainer_init, loss_and_hook
+wrap(trainer.Trainer, "batch_loss", "forward")
+wrap(metrics, "translate_ids", "validation")  # validation's greedy decoding, after its loss
+wrap(trainer, "translate_ids", "test")  # scoring best.pt on the test split
+save_checkpoint, torch_save = trainer.save_checkpoint, torch.save
+def saving(state, path):
+    run["target"] = path.name
+    save_checkpoint(state, path)
+    if path.name == "last.pt":
+        stop_here("after_checkpoint")
+def half_save(obj, f, *args, **kwargs):
+    if run.get("target") == "last.pt" and chosen("writing_last"):
+        whole = io.BytesIO()
+        torch_save(obj, whole, *args, **kwargs)
+        f.write(whole.getvalue()[: len(whole.getvalue()) // 2])
+        f.flush()
+        os.fsync(f.fileno())
+        stop_here("writing_last")
+    return torch_save(obj, f, *args, **kwargs)
+trainer.save_checkpoint, torch.save = saving, half_save
+sys.argv = ["seq2seq-train", *sys.argv[1:]]
+train.cli()
+"""
+
+
+@dataclass(frozen=True)
+class Moment:
+    name: str  # where KILL_CHILD stops
+    step: int  # optimizer steps done then: the newest train_log.jsonl record's step
+    saved: int | None  # the step of last.pt when it is killed (None: no checkpoint yet)
+
+
+def await_marker(marker: Path, child: subprocess.Popen[bytes], out: Path) -> None:
+    """Block until the child writes `marker`; fail if it exits first (a guard, not a timing)."""
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert child.poll() is None, f"the child exited ({child.returncode}):\n{out.read_text()}"
+        assert time.monotonic() < deadline, f"{marker} did not appear:\n{out.read_text()}"
+        time.sleep(0.05)
+
+
+def kill_child_at(moment: Moment, overrides: list[str], run_dir: Path) -> None:
+    """Start KILL_CHILD on run_dir and SIGKILL it once it reports that it reached `moment`."""
+    marker, out = run_dir.parent / "reached", run_dir.parent / "child.out"
+    env = child_env(KILL_MOMENT=moment.name, KILL_STEP=str(moment.step), KILL_MARKER=str(marker))
+    with out.open("wb") as sink:
+        child = subprocess.Popen(
+            [sys.executable, "-c", KILL_CHILD, *overrides, f"hydra.run.dir={run_dir}"],
+            cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        await_marker(marker, child, out)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    assert marker.read_text() == f"{moment.name} {moment.step}"
+
+
+slow = pytest.mark.slow
+KILL_MOMENTS = [
+    pytest.param(Moment("writing_last", 8, 4), id="while-writing-last.pt"),
+    pytest.param(Moment("forward", 0, None), id="in-the-first-step", marks=slow),
+    pytest.param(Moment("backward", 6, 4), id="mid-backward", marks=slow),
+    pytest.param(Moment("validation", 8, 4), id="during-validation", marks=slow),
+    pytest.param(Moment("after_checkpoint", 8, 8), id="right-after-last.pt", marks=slow),
+    pytest.param(Moment("test", 12, 12), id="during-test-scoring", marks=slow),
+]
+
+
+@pytest.mark.parametrize("moment", KILL_MOMENTS)
+def test_sigkill_at_any_moment_then_resume_is_exact(
+    straight: Straight, tmp_path: Path, moment: Moment
+) -> None:
+    run_dir, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
+    kill_child_at(moment, straight.overrides, run_dir)
+    last = ckpts / "last.pt"
+    assert (step_of(last) if last.exists() else None) == moment.saved
+    logged = read_step_log(run_dir / LOG_NAME)
+    assert max((r["step"] for r in logged), default=0) == moment.step  # some to be dropped
+    partial = list(ckpts.glob(".last.pt.*.tmp"))
+    assert len(partial) == (moment.name == "writing_last")
+    for path in partial:  # half a checkpoint, left where it was written
+        with pytest.raises(CheckpointError, match="cannot be loaded"):
+            load_checkpoint(path)
+    assert not (run_dir / "results.json").exists()
+    train(straight.cfg, run_dir)
+    assert_same_run(straight, run_dir)
+
+
 def test_sigterm_saves_then_resume_is_exact(straight: Straight, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     child = start_child(straight.overrides, run_dir, pause_at=5, action="SIGTERM")
@@ -139,8 +289,25 @@ def test_sigterm_saves_then_resume_is_exact(straight: Straight, tmp_path: Path) 
     assert_same_run(straight, run_dir)
 
 
+@pytest.fixture
+def sigint_handler() -> Iterator[Callable[[int, FrameType | None], object]]:
+    """A SIGINT handler of the test's own (Python's default raises KeyboardInterrupt too), set
+    for the test: pytest may have started with SIGINT ignored (nohup, `trap '' INT`, a
+    background job), and a Ctrl-C test must not depend on that."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGINT, interrupt)
+    yield interrupt
+    signal.signal(signal.SIGINT, before)
+
+
 def test_ctrl_c_saves_then_resume_is_exact(
-    straight: Straight, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    straight: Straight,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sigint_handler: Callable[[int, FrameType | None], object],
 ) -> None:
     run_dir = tmp_path / "run"
     original = Trainer.train_step
@@ -154,11 +321,22 @@ def test_ctrl_c_saves_then_resume_is_exact(
     with pytest.raises(TrainingInterrupted) as stop:
         train(straight.cfg, run_dir)
     assert stop.value.code == 128 + signal.SIGINT and "SIGINT" in str(stop.value)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    assert signal.getsignal(signal.SIGINT) is sigint_handler  # the one before the run
     assert step_of(run_dir / "checkpoints" / "last.pt") == 10
     monkeypatch.undo()
     train(straight.cfg, run_dir)
     assert_same_run(straight, run_dir)
+
+
+@pytest.mark.parametrize("before", [signal.SIG_IGN, signal.SIG_DFL, signal.default_int_handler])
+def test_stop_signals_restore_the_handlers_they_found(before: object) -> None:
+    found = signal.signal(signal.SIGINT, before)  # SIG_IGN: a background job, `trap '' INT`
+    try:
+        with StopSignals():
+            pass
+        assert signal.getsignal(signal.SIGINT) is before
+    finally:
+        signal.signal(signal.SIGINT, found)
 
 
 class Died(BaseException):

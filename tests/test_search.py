@@ -130,16 +130,16 @@ def test_greedy_respects_the_length_limit(model: EncoderDecoder) -> None:
 
 
 def test_beam_size_one_equals_greedy(model: EncoderDecoder) -> None:
-    src = sources()
-    max_len = max_lengths(src, 1.0, 2)
-    greedy = greedy_search(model, src, max_len)
-    beam = beam_search(model, src, max_len, beam_cfg(1))
-    for g, (b,), limit in zip(greedy, beam, max_len.tolist()):
-        assert b.tokens == g.tokens
-        if len(g.tokens) + 1 < limit:  # ended by the model's own EOS: same log-probability
+    src, at_limit = sources(), 0
+    for max_len in (max_lengths(src, 1.0, 2), max_lengths(src, 0.0, 2)):  # the 2nd cuts most
+        greedy = greedy_search(model, src, max_len)
+        beam = beam_search(model, src, max_len, beam_cfg(1))
+        for g, (b,), limit in zip(greedy, beam, max_len.tolist(), strict=True):
+            assert b.tokens == g.tokens
+            # also when EOS is forced at the limit: both charge its real log-probability
             assert b.score == pytest.approx(g.score, abs=1e-4)
-        else:  # EOS forced at the limit: beam search does not charge log p(EOS), greedy does
-            assert b.score >= g.score - 1e-4
+            at_limit += len(g.tokens) + 1 == limit
+    assert at_limit > 0  # the forced-EOS case was checked
 
 
 @pytest.mark.parametrize("k,nbest", [(4, 4), (5, 2)])
@@ -182,15 +182,6 @@ def test_beam_scores_are_normalized_model_scores(model: EncoderDecoder) -> None:
             assert h.score == pytest.approx(logprob / ((5 + length) / 6) ** 0.6, abs=1e-4)
 
 
-def eos_logprob(model: EncoderDecoder, src: torch.Tensor, tokens: list[int]) -> float:
-    with torch.no_grad():
-        return float(model(src, torch.tensor([[BOS_ID, *tokens]]))[0, -1].log_softmax(-1)[EOS_ID])
-
-
-# At the length limit both searches force EOS and charge its real log-probability (as fairseq).
-LIMIT_CHARGES_EOS = True
-
-
 def forbid_specials(model: EncoderDecoder, bias: float = float("-inf")) -> None:
     """Give the output layer a bias on PAD and BOS (-inf: they can never be emitted)."""
     out = nn.Linear(model.out.in_features, model.out.out_features, bias=True)
@@ -213,9 +204,7 @@ def brute_force(
     scored = []
     for length in range(max_len):
         for tokens in itertools.product(words, repeat=length):
-            logprob = sequence_logprob(model, src, list(tokens))
-            if length + 1 == max_len and not LIMIT_CHARGES_EOS:
-                logprob -= eos_logprob(model, src, list(tokens))
+            logprob = sequence_logprob(model, src, list(tokens))  # log p(EOS) at the limit too
             norm = float(length_penalty(torch.tensor(length + 1), penalty, 0.8))
             scored.append((logprob / norm, list(tokens)))
     return sorted(scored, key=lambda x: -x[0])
