@@ -8,6 +8,7 @@ arbitrary objects.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
@@ -16,11 +17,23 @@ from typing import Any
 
 import torch
 
+log = logging.getLogger(__name__)
 STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint that is missing, truncated, corrupt or unsafe; the message names the file."""
+
+
+def remove_partial_writes(folder: Path) -> list[Path]:
+    """Delete the temporary files of checkpoint writes that never finished (a process killed
+    mid-write leaves one, as large as a checkpoint); nothing ever reads them. Call it only while
+    holding the run directory's lock, so that no other process is writing there."""
+    partial = sorted(folder.glob(".*.pt.*.tmp")) if folder.is_dir() else []
+    for path in partial:
+        path.unlink(missing_ok=True)
+        log.warning("removed %s, a checkpoint write that never finished", path)
+    return partial
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:

@@ -52,6 +52,8 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in SIGNALS:
+                if signum == signal.SIGINT and signal.getsignal(signum) is signal.SIG_IGN:
+                    continue  # a background job or nohup: the terminal's Ctrl-C is not for it
                 previous = signal.signal(signum, self._handle)
                 self._previous[signum] = signal.SIG_DFL if previous is None else previous
         return self

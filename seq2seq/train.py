@@ -23,7 +23,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.build import checkpoint_bytes, resolve_device
-from seq2seq.checkpoint import CheckpointError, load_checkpoint
+from seq2seq.checkpoint import CheckpointError, load_checkpoint, remove_partial_writes
 from seq2seq.cli import run_hydra
 from seq2seq.config import CONFIG_DIR, ConfigError, TrainConfig, check_config, register_configs
 from seq2seq.data import DataError
@@ -63,6 +63,7 @@ def prepare_run(cfg: TrainConfig, run_dir: Path) -> Resume | None:
     a checkpoint to resume from (trainer.resume) fits the config. Returns that checkpoint."""
     ckpt_dir = run_dir / "checkpoints"
     check_writable(ckpt_dir)
+    remove_partial_writes(ckpt_dir)  # a killed run's half-written file; we hold the lock
     check_free_space(ckpt_dir, checkpoint_bytes(cfg), cfg.trainer.keep_last + 3)
     resume = find_checkpoint(cfg.trainer.resume, ckpt_dir)
     if resume is not None:

@@ -275,6 +275,7 @@ def test_sigkill_at_any_moment_then_resume_is_exact(
     assert not (run_dir / "results.json").exists()
     train(straight.cfg, run_dir)
     assert_same_run(straight, run_dir)
+    assert not list(ckpts.glob(".*.tmp"))  # the resumed run removed the half-written file
 
 
 def test_sigterm_saves_then_resume_is_exact(straight: Straight, tmp_path: Path) -> None:
@@ -335,6 +336,22 @@ def test_stop_signals_restore_the_handlers_they_found(before: object) -> None:
         with StopSignals():
             pass
         assert signal.getsignal(signal.SIGINT) is before
+    finally:
+        signal.signal(signal.SIGINT, found)
+
+
+def test_ignored_sigint_stays_ignored() -> None:
+    """A background job (SIGINT ignored by the shell) is not stopped by the terminal's Ctrl-C;
+    SIGTERM still asks it to stop."""
+    found = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with StopSignals() as stop:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)  # ignored: no effect
+            assert stop.signum is None
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.signum == signal.SIGTERM
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, found)
 
