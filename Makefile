@@ -27,7 +27,7 @@ train:  ## the default recipe on the embedded numbers data (no network)
 
 resume:  ## make resume RUN=outputs/<name>/<run> [ARGS=...]: continue a stopped or killed run
 	@test -n "$(RUN)" || { echo "usage: make resume RUN=outputs/<name>/<run> [ARGS=\"trainer.max_steps=...\"]"; exit 1; }
-	$(PY) -m seq2seq.resume $(RUN) $(ARGS)
+	$(PY) -m seq2seq.resume_cli $(RUN) $(ARGS)
 
 translate:  ## make translate INPUT=src.txt OUTPUT=hyp.txt [CKPT=...]
 	@test -n "$(CKPT)" || { echo "no checkpoint: run 'make train' or pass CKPT=path/best.pt"; exit 1; }
@@ -54,9 +54,10 @@ test:  ## the CI suite (slow tests excluded)
 test-full:  ## every test, slow ones included
 	$(PY) -m pytest -q -m ""
 
-lint:
+lint:  ## ruff (lint + format) on the code, mypy on the package
 	$(PY) -m ruff check $(LINT_DIRS)
 	$(PY) -m ruff format --check $(LINT_DIRS)
+	$(PY) -m mypy
 
 format:
 	$(PY) -m ruff check --fix $(LINT_DIRS)

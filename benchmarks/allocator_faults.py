@@ -23,7 +23,7 @@ from common import ROOT, median, write_json  # noqa: E402
 # prints whether the setting took (always False without it) and the fault count of steps 4-10
 STEPS = """
 import resource, sys, torch
-from seq2seq.allocator import keep_freed_memory
+from seq2seq.kernels.allocator import keep_freed_memory
 from tests.conftest import _make_model
 tuned = sys.argv[1] == "1" and keep_freed_memory()
 torch.set_num_threads(int(sys.argv[2]))

@@ -4,7 +4,7 @@
 
 For each precision (fp32, bf16 autocast), runs our Trainer's step on train_throughput.py's
 batches under torch.profiler with shapes recorded, and sums 2*M*N*K over every mm, addmm, bmm
-and oneDNN linear (seq2seq/onednn.py) it ran: padding included; both engines run the same
+and oneDNN linear (seq2seq/kernels/onednn.py) it ran: padding included; both engines run the same
 products. Dividing by the peak of a 2048x2048 matmul in that precision (flops.cpu_peak_tflops,
 best of 8) gives the step time that the matmuls alone would need, and so the most src+tgt
 tokens per second any engine can reach. Writes benchmarks/results/matmul_bound.json and
@@ -32,7 +32,7 @@ from seq2seq.config import Precision  # noqa: E402
 from seq2seq.flops import cpu_peak_tflops  # noqa: E402
 from seq2seq.trainer import DTYPES  # noqa: E402
 
-LINEAR = "mkldnn::_linear_pointwise"  # seq2seq/onednn.py's float32 products: X @ W.T
+LINEAR = "mkldnn::_linear_pointwise"  # seq2seq/kernels/onednn.py's float32 products: X @ W.T
 MATMULS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", LINEAR)
 PRECISIONS = ("fp32", "bf16")
 

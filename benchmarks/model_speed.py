@@ -1,48 +1,95 @@
 """Our own speed on the embedded data: training tokens/s and greedy / beam-5 sentences/s.
 
     python benchmarks/model_speed.py [--model tiny|small] [--repeats 3] [--threads 2]
+                                     [--precision fp32|bf16|auto]
 
-Random weights (speed does not depend on them), the numbers test split, the tiny model by
+Training is timed through the product's `Trainer.train_step` (the step seq2seq-train takes:
+fused output layer + loss, clipping, AdamW, the schedule, the step log), on a Trainer built from
+in-memory objects: the numbers corpus, a freshly initialised model and its optimizer; its logs go
+to a temporary directory. Decoding uses the same model. The numbers test split, the tiny model by
 default. Medians of the repeats go to benchmarks/results/model_speed.json and docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
-import torch
 from common import median, peak_rss_mb, update_doc, write_json
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
-from seq2seq.build import build_model, build_optimizer, load_corpus
-from seq2seq.config import CONFIG_DIR, SearchKind, register_configs
-from seq2seq.data import collate, token_batches
+from seq2seq.build import build_model, build_optimizer, init_process
+from seq2seq.config import CONFIG_DIR, DecodeConfig, SearchKind, TrainConfig, register_configs
+from seq2seq.corpus import load_corpus
+from seq2seq.data import Batch, collate
+from seq2seq.model import EncoderDecoder
 from seq2seq.search import translate_ids
-from seq2seq.train import label_smoothed_nll
+from seq2seq.trainer import Trainer
+
+MAX_TOKENS = 4096  # padded tokens a training batch
 
 
-def train_tokens_per_s(model, optimizer, split, max_tokens: int, steps: int) -> float:
-    lens = [len(s) + 1 for s in split.src_ids]
-    batches = token_batches(lens, lens, max_tokens, shuffle=True, seed=0)[:steps]
-    model.train()
-    start, tokens = time.perf_counter(), 0
-    for index in batches:
-        batch = collate(index, split.src_ids, split.tgt_ids)
-        logits = model(batch.src, batch.tgt_in)
-        loss, _ = label_smoothed_nll(logits.flatten(0, 1), batch.tgt_out.flatten(), 0.1)
-        (loss / batch.tgt_tokens).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        tokens += batch.src_tokens + batch.tgt_tokens
+def make_trainer(cfg: TrainConfig, run_dir: Path) -> Trainer:
+    """The product's Trainer, from objects: the corpus, a new model and its optimizer."""
+    _, device = init_process(cfg.trainer)  # threads, seeds and kernels, as seq2seq-train sets them
+    src_tok, tgt_tok, splits = load_corpus(cfg.data, cfg.tokenizer)
+    model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size).to(device)
+    optimizer, scheduler = build_optimizer(model, cfg.optim, device)
+    return Trainer(cfg, model, optimizer, scheduler, splits, (src_tok, tgt_tok), run_dir)
+
+
+def first_batches(trainer: Trainer, steps: int) -> list[Batch]:
+    """The first `steps` batches of epoch 0, as the Trainer draws them."""
+    data = trainer.train_data
+    index = trainer.epoch_batches(0)[:steps]
+    return [collate(i, data.src_ids, data.tgt_ids).to(trainer.device) for i in index]
+
+
+def train_tokens_per_s(trainer: Trainer, batches: list[Batch]) -> float:
+    """Source + target tokens per second of Trainer.train_step, one batch a step."""
+    tokens = sum(b.src_tokens + b.tgt_tokens for b in batches)
+    start = time.perf_counter()
+    for batch in batches:
+        trainer.train_step([batch])
     return tokens / (time.perf_counter() - start)
 
 
-def decode_sentences_per_s(model, src_ids, decode) -> float:
+def decode_sentences_per_s(
+    model: EncoderDecoder, src_ids: list[list[int]], decode: DecodeConfig
+) -> float:
     start = time.perf_counter()
     translate_ids(model, src_ids, decode)
     return len(src_ids) / (time.perf_counter() - start)
+
+
+def config(args: argparse.Namespace) -> TrainConfig:
+    register_configs()
+    overrides = [f"model={args.model}", "experiment=numbers", f"trainer.threads={args.threads}",
+                 f"trainer.precision={args.precision}", f"trainer.max_tokens={MAX_TOKENS}",
+                 "trainer.accum_steps=1", "trainer.device=cpu",
+                 "trainer.progress=false"]  # fmt: skip
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return OmegaConf.to_object(compose("train", overrides))  # type: ignore[return-value]
+
+
+def measure(trainer: Trainer, args: argparse.Namespace) -> dict[str, float]:
+    """Medians over the repeats of training tokens/s and greedy and beam-5 sentences/s, and the
+    number of test sentences decoded."""
+    batches = first_batches(trainer, args.steps)
+    test = trainer.splits["test"].src_ids[: args.sentences]
+    greedy = replace(trainer.cfg.decode, method=SearchKind.greedy, batch_size=32)
+    beam = replace(trainer.cfg.decode, method=SearchKind.beam, beam_size=5, batch_size=32)
+    runs: dict[str, list[float]] = {"train_tokens_per_s": [], "greedy_sent_per_s": [],
+                                    "beam5_sent_per_s": []}  # fmt: skip
+    for _ in range(args.repeats):
+        runs["train_tokens_per_s"].append(train_tokens_per_s(trainer, batches))
+        runs["greedy_sent_per_s"].append(decode_sentences_per_s(trainer.model, test, greedy))
+        runs["beam5_sent_per_s"].append(decode_sentences_per_s(trainer.model, test, beam))
+    return {**{name: median(v) for name, v in runs.items()}, "sentences": len(test)}
 
 
 def main() -> None:
@@ -52,31 +99,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--sentences", type=int, default=200)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"])
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    register_configs()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", [f"model={args.model}", "experiment=numbers"])
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.to_object(cfg)
-    src_tok, tgt_tok, splits = load_corpus(cfg.data, cfg.tokenizer)
-    model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size)
-    optimizer, _ = build_optimizer(model, cfg.optim, torch.device("cpu"))
-    test = splits["test"].src_ids[: args.sentences]
-    greedy = replace(cfg.decode, method=SearchKind.greedy, batch_size=32)
-    beam = replace(cfg.decode, method=SearchKind.beam, beam_size=5, batch_size=32)
-    runs: dict[str, list[float]] = {"train_tokens_per_s": [], "greedy_sent_per_s": [],
-                                    "beam5_sent_per_s": []}  # fmt: skip
-    for _ in range(args.repeats):
-        runs["train_tokens_per_s"].append(
-            train_tokens_per_s(model, optimizer, splits["train"], 4096, args.steps)
-        )
-        runs["greedy_sent_per_s"].append(decode_sentences_per_s(model, test, greedy))
-        runs["beam5_sent_per_s"].append(decode_sentences_per_s(model, test, beam))
-    result = {name: median(v) for name, v in runs.items()}
-    result.update(model=args.model, params=model.num_params(), peak_rss_mb=peak_rss_mb(),
-                  threads=args.threads, repeats=args.repeats)  # fmt: skip
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = make_trainer(config(args), Path(run_dir))
+        try:
+            result: dict[str, object] = {**measure(trainer, args)}
+        finally:
+            trainer.close()
+    result.update(model=args.model, params=trainer.model.num_params(), peak_rss_mb=peak_rss_mb(),
+                  threads=args.threads, repeats=args.repeats,
+                  precision=trainer.precision.value)  # fmt: skip
     write_json("model_speed", result)
     update_doc(
         "model_speed",
@@ -85,8 +118,9 @@ def main() -> None:
         "|---|---|---|---|---|\n"
         f"| {result['train_tokens_per_s']:.0f} | {result['greedy_sent_per_s']:.1f} | "
         f"{result['beam5_sent_per_s']:.1f} | {result['params']:,} | "
-        f"{result['peak_rss_mb']:.0f} MB |\n\nMedians of {args.repeats} repeats; train "
-        f"batches of 4096 tokens, decoding {len(test)} test sentences in batches of 32.",
+        f"{result['peak_rss_mb']:.0f} MB |\n\nMedians of {args.repeats} repeats; training: "
+        f"Trainer.train_step in {result['precision']} on batches of {MAX_TOKENS} tokens; "
+        f"decoding {result['sentences']} test sentences in batches of 32.",
     )
     print(result)
 

@@ -155,7 +155,7 @@ def hf_step(
 
 def first_batches(cfg: TrainConfig, steps: int) -> tuple[list[Batch], int]:
     """The first `steps` batches of epoch 0 as the Trainer draws them, and the vocabulary size."""
-    from seq2seq.build import load_corpus
+    from seq2seq.corpus import load_corpus
     from seq2seq.data import token_batches
 
     _, tgt_tok, splits = load_corpus(cfg.data, cfg.tokenizer)
@@ -178,18 +178,16 @@ def eval_loss(logits_of: Any, model: torch.nn.Module, batch: Batch, smoothing: f
 def engine_step(engine: str, cfg: TrainConfig, vocab: int, run_dir: Path) -> tuple[Any, Any]:
     """Functions batch -> loss: one optimizer step of `engine`, and its eval-mode loss. Marian
     starts from our model's initial weights (the Trainer's seed) when the names map."""
-    from seq2seq.build import build_model, build_optimizer
+    from seq2seq.build import build_model, build_optimizer, build_trainer
 
     smoothing = cfg.trainer.label_smoothing
     if engine == "ours":
-        from seq2seq.trainer import Trainer
-
-        trainer = Trainer(cfg, run_dir)
+        trainer = build_trainer(cfg, run_dir)
         ours = lambda b: trainer.model(b.src, b.tgt_in)  # noqa: E731
         return (lambda b: trainer.train_step([b])["loss"],  # type: ignore[index]
                 lambda b: eval_loss(ours, trainer.model, b, smoothing))  # fmt: skip
     model = marian(cfg, vocab, HF_ATTENTION[engine]).train()
-    torch.manual_seed(cfg.trainer.seed)  # as the Trainer does before building its model
+    torch.manual_seed(cfg.trainer.seed)  # as build_trainer does before building our model
     try:
         copy_into_marian(build_model(cfg, vocab, vocab).state_dict(), model, cfg.model.d_model)
     except (KeyError, AttributeError, RuntimeError) as err:  # no comparison without the premise

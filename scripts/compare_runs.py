@@ -43,8 +43,8 @@ from sweep_report import (  # noqa: E402
     write_csv,
 )
 
-from seq2seq.build import read_split, resolve_path  # noqa: E402
-from seq2seq.config import DataConfig  # noqa: E402
+from seq2seq.config import DataConfig, resolve_path  # noqa: E402
+from seq2seq.corpus import read_split  # noqa: E402
 
 WORD_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 40))  # then "41+"
 Reader = Callable[[DataConfig, str], list[tuple[str, str]]]

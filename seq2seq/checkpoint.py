@@ -1,4 +1,5 @@
-"""Checkpoints: atomic writes, safe loads, rotation and averaging.
+"""Checkpoints: atomic writes, safe loads, rotation and averaging, and the state a training
+checkpoint carries besides tensors (random-generator states, a fingerprint of the data).
 
 A checkpoint is a plain dict of tensors, numbers, strings and bytes. It is written to a temporary
 file in the same folder, fsynced, then renamed over the target, so a crash never leaves a half
@@ -8,10 +9,13 @@ arbitrary objects.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import random
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +106,17 @@ def _detail(err: Exception) -> str:
     return text.splitlines()[0][:200] if text else "no detail"
 
 
+def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
+    """model.load_state_dict, with a CheckpointError naming the file when the weights don't fit."""
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise CheckpointError(
+            f"{path}: its weights do not fit the model its config and vocabulary describe: "
+            f"{str(err)[:300]}"
+        ) from err
+
+
 def step_checkpoints(folder: Path) -> list[Path]:
     """The periodic checkpoints step_N.pt in `folder`, oldest first."""
     found = [
@@ -136,6 +151,19 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
     return {**state, "model": model, "averaged_from": [str(p) for p in paths]}
 
 
+def average_last(folder: Path, n: int) -> tuple[Path, list[Path]]:
+    """Average the last `n` step checkpoints of `folder` into `folder`/average.pt (trainer.
+    average_last); returns its path and the checkpoints averaged."""
+    sources = step_checkpoints(folder)[-n:]
+    if len(sources) < n:
+        log.warning("trainer.average_last=%d but only %d step checkpoints to average", n,
+                    len(sources))  # fmt: skip
+    path = folder / "average.pt"
+    save_checkpoint(average_checkpoints(sources), path)
+    log.info("averaged %s into %s", ", ".join(p.name for p in sources), path)
+    return path, sources
+
+
 def _average(paths: list[Path]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The mean model of `paths` and the last checkpoint (without its model)."""
     if not paths:
@@ -162,3 +190,47 @@ def _average(paths: list[Path]) -> tuple[dict[str, torch.Tensor], dict[str, Any]
         for name, value in first.items()
     }
     return mean, state
+
+
+# --------------------------------------------------------------------------- run state
+
+
+def data_fingerprint(*columns: Sequence[str]) -> str:
+    """sha256 of text columns (e.g. train source, train target, valid source, valid target)."""
+    digest = hashlib.sha256()
+    for column in columns:
+        digest.update(len(column).to_bytes(8, "little"))
+        for text in column:
+            data = text.encode("utf-8")
+            digest.update(len(data).to_bytes(8, "little"))
+            digest.update(data)
+    return digest.hexdigest()
+
+
+def rng_state() -> dict[str, Any]:
+    """Python's, torch's CPU and (when in use) CUDA generators, as tensors and plain values."""
+    version, internal, gauss_next = random.getstate()
+    state: dict[str, Any] = {
+        "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Set the generators from `rng_state()`'s result."""
+    python = state.get("python")
+    if isinstance(python, dict):
+        random.setstate((python["version"], tuple(python["internal"]), python["gauss_next"]))
+    else:  # checkpoints before the plain format stored a repr, which is never evaluated
+        log.warning("the checkpoint has no usable python random state; it is not restored")
+    torch.set_rng_state(state["torch"].cpu())
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
+        else:
+            log.warning("CUDA random states of %d devices not restored on %d", len(cuda),
+                        torch.cuda.device_count())  # fmt: skip

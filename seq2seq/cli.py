@@ -54,7 +54,7 @@ def config_error(err: Exception) -> ConfigError:
         return ConfigError(f"config: unknown key {key}{valid}")
     # the first line of msg, e.g. "Invalid value 'nope', expected one of [greedy, beam]"; the
     # next ones repeat the key and name the schema classes
-    return ConfigError(f"config: {key}: {cause.msg.splitlines()[0]}")
+    return ConfigError(f"config: {key}: {(cause.msg or str(cause)).splitlines()[0]}")
 
 
 def to_dataclass(cfg: DictConfig) -> Any:

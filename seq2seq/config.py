@@ -12,10 +12,11 @@ from enum import Enum
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
-# configs/ beside the package (the project is installed editable, `pip install -e .`)
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
+# the checkout the package runs from (the project is installed editable, `pip install -e .`)
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = str(PROJECT_ROOT / "configs")
 
 
 class TokenizerKind(str, Enum):
@@ -51,6 +52,11 @@ class Precision(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"  # autocast to bfloat16 (CUDA or CPU)
     fp16 = "fp16"  # autocast to float16 with a gradient scaler (CUDA)
+
+
+class Kernels(str, Enum):
+    auto = "auto"  # the fast CPU kernels on a CPU, plain PyTorch elsewhere (CUDA)
+    reference = "reference"  # plain PyTorch everywhere
 
 
 @dataclass
@@ -128,6 +134,11 @@ class TrainerConfig:
     # auto | fp32 | bf16 | fp16. auto times a few real steps in fp32 and bf16 before a CPU run
     # and keeps the faster (bf16 on a CUDA GPU that supports it); a resumed run keeps its choice
     precision: Precision = Precision.auto
+    # auto: the fast CPU kernels on a CPU (oneDNN linears, fused output layer + loss, cheap
+    # dropout masks, attention on matmuls where SDPA is slow) and plain PyTorch elsewhere (CUDA);
+    # reference: plain PyTorch everywhere (F.linear, F.scaled_dot_product_attention, F.dropout,
+    # F.cross_entropy on full logits). Same model and results to float rounding (seq2seq/kernels)
+    kernels: Kernels = Kernels.auto
     # torch.compile the model for training (first steps slower while it compiles; CUDA mainly)
     compile: bool = False
     # device peak in TFLOPS for train/mfu in TensorBoard; 0 = a table of GPUs by name
@@ -219,10 +230,10 @@ def check_config(cfg: TrainConfig) -> None:
                        ("trainer.valid_every", t.valid_every), ("trainer.log_every", t.log_every),
                        ("tokenizer.vocab_size", cfg.tokenizer.vocab_size)]:  # fmt: skip
         _require(value >= 1, key, value, "at least 1")
-    for key, value in [("model.dropout", m.dropout), ("model.attn_dropout", m.attn_dropout),
+    for key, share in [("model.dropout", m.dropout), ("model.attn_dropout", m.attn_dropout),
                        ("model.ffn_dropout", m.ffn_dropout),
                        ("trainer.label_smoothing", t.label_smoothing)]:  # fmt: skip
-        _require(0.0 <= value < 1.0, key, value, "in [0, 1)")
+        _require(0.0 <= share < 1.0, key, share, "in [0, 1)")
     _require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "above 0")
     _require(cfg.optim.warmup_steps >= 0, "optim.warmup_steps", cfg.optim.warmup_steps, "0 or more")
     _require(cfg.optim.clip_norm >= 0, "optim.clip_norm", cfg.optim.clip_norm, "0 or more")
@@ -238,11 +249,11 @@ def check_trainer(t: TrainerConfig) -> None:
     for key, value in [("trainer.max_steps", t.max_steps), ("trainer.max_epochs", t.max_epochs),
                        ("trainer.max_bad_steps", t.max_bad_steps)]:  # fmt: skip
         _require(value >= 1, key, value, "at least 1")
-    for key, value in [("trainer.max_minutes", t.max_minutes), ("trainer.threads", t.threads),
+    for key, amount in [("trainer.max_minutes", t.max_minutes), ("trainer.threads", t.threads),
                        ("trainer.keep_last", t.keep_last), ("trainer.patience", t.patience),
                        ("trainer.average_last", t.average_last),
                        ("trainer.valid_bleu_sentences", t.valid_bleu_sentences)]:  # fmt: skip
-        _require(value >= 0, key, value, "0 or more")
+        _require(amount >= 0, key, amount, "0 or more")
     _require(t.keep_last >= t.average_last, "trainer.keep_last", t.keep_last,
              f"at least trainer.average_last ({t.average_last}) so that the checkpoints to "
              "average are kept")  # fmt: skip
@@ -253,6 +264,20 @@ def check_trainer(t: TrainerConfig) -> None:
 def _require(ok: bool, key: str, value: object, expected: str) -> None:
     if not ok:
         raise ConfigError(f"config: {key}={value!r} is invalid; it must be {expected}")
+
+
+def resolve_path(path: str | Path) -> Path:
+    """A path from a config (data.root, trainer.resume): relative to the working directory,
+    else to the project root."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    return PROJECT_ROOT / p if (PROJECT_ROOT / p).exists() else p
+
+
+def config_from_dict(values: dict) -> TrainConfig:
+    """A TrainConfig from the plain dict stored in a checkpoint (validated like the CLI's)."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), values))  # type: ignore[return-value]
 
 
 def register_configs() -> None:

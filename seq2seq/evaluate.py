@@ -1,4 +1,4 @@
-"""Scoring with sacreBLEU, and the seq2seq-evaluate entry point.
+"""The seq2seq-evaluate entry point (the scores themselves are `scoring.py`'s).
 
 `seq2seq-evaluate hyp=out.txt ref=test.de` scores a hypothesis file; `seq2seq-evaluate
 ckpt=run/checkpoints/best.pt split=test` translates a split of the checkpoint's data and scores it.
@@ -12,52 +12,23 @@ import logging
 import sys
 from pathlib import Path
 
-import sacrebleu
-
 from seq2seq.cli import entry_point
 from seq2seq.config import ConfigError, DecodeConfig, EvaluateConfig, check_decode, register_configs
+from seq2seq.scoring import format_scores, score
 
 log = logging.getLogger(__name__)
-
-
-def score(hyps: list[str], refs: list[str], lowercase: bool = False) -> dict[str, object]:
-    """Corpus BLEU (13a, cased) and chrF, plus lowercased BLEU when asked, with signatures."""
-    if len(hyps) != len(refs):
-        from seq2seq.data import DataError  # imports torch: only when it is needed
-
-        raise DataError(f"{len(hyps)} hypotheses but {len(refs)} references: they must align")
-    bleu = sacrebleu.BLEU()
-    chrf = sacrebleu.CHRF()
-    result: dict[str, object] = {
-        "n": len(hyps),
-        "bleu": round(bleu.corpus_score(hyps, [refs]).score, 2),
-        "bleu_signature": str(bleu.get_signature()),
-        "chrf": round(chrf.corpus_score(hyps, [refs]).score, 2),
-        "chrf_signature": str(chrf.get_signature()),
-    }
-    if lowercase:
-        bleu_lc = sacrebleu.BLEU(lowercase=True)
-        result["bleu_lc"] = round(bleu_lc.corpus_score(hyps, [refs]).score, 2)
-        result["bleu_lc_signature"] = str(bleu_lc.get_signature())
-    return result
-
-
-def format_scores(name: str, scores: dict[str, object]) -> str:
-    """Human-readable lines: BLEU, chrF (and lowercased BLEU) with signatures."""
-    lines = [f"{name}: BLEU {scores['bleu']:.2f}  ({scores['bleu_signature']})"]
-    if "bleu_lc" in scores:
-        lines.append(f"{name}: BLEU lc {scores['bleu_lc']:.2f}  ({scores['bleu_lc_signature']})")
-    lines.append(f"{name}: chrF {scores['chrf']:.2f}  ({scores['chrf_signature']})")
-    return "\n".join(lines)
 
 
 def translate_split(
     ckpt: str, split: str, data_root: str | None, decode: DecodeConfig, device: str
 ) -> tuple[list[str], list[str]]:
     """Translate `split` of the checkpoint's data set; returns hypotheses and references."""
-    from seq2seq.build import load_for_inference, read_split
+    from seq2seq import kernels
+    from seq2seq.build import load_for_inference
+    from seq2seq.corpus import read_split
     from seq2seq.search import translate_ids
 
+    kernels.setup_process()  # oneDNN's cache caps, before the first product
     model, src_tok, tgt_tok, cfg = load_for_inference(ckpt, device)
     if data_root is not None:
         cfg.data.root = data_root

@@ -21,7 +21,7 @@ import time
 import torch
 from torch import nn
 
-from seq2seq import onednn
+from seq2seq.kernels import onednn
 
 # Dense bf16/fp16 tensor-core peaks in TFLOPS, matched against torch.cuda.get_device_name.
 PEAK_TFLOPS = {

@@ -6,68 +6,22 @@ Masks are boolean with True where a key may be attended to.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq import onednn
+from seq2seq import kernels
 from seq2seq.positional import PositionalEncoding
-
-# PyTorch's CPU softmax takes a scalar path for rows shorter than 16 (~10x slower per element,
-# forward and backward); training attention pads its keys up to this many (see `attend`)
-FAST_SOFTMAX_LEN = 16
-# float32 training attention on a CPU takes matmuls up to this many keys, SDPA beyond
-MATMUL_MAX_KEYS = 32
-
-
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
-    """x @ weight.T + bias, then a ReLU if asked: (..., D_in) -> (..., D_out).
-
-    float32 on a CPU runs on oneDNN (seq2seq/onednn.py): ~2x MKL's SGEMM behind F.linear on
-    the AMD CPU we measure on, training and decoding alike. Other dtypes, autocast and other
-    devices keep F.linear.
-    """
-    if onednn.usable(x, weight):
-        return onednn.linear(x, weight, bias, relu)
-    out = F.linear(x, weight, bias)
-    return F.relu(out) if relu else out
-
-
-def dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Inverted dropout (Srivastava et al. 2014), skipped outright when it does nothing (a
-    decoding step would call it ~20 times).
-
-    On a CPU the mask comes from 16 random bits per element, four per 64-bit draw: F.dropout's
-    bernoulli_ is ~6x slower and torch.rand ~2x (which draws 32 bits per element); before this,
-    the mask was the largest single cost of a small model's training step. `p` is rounded to
-    a multiple of 1/65536 (0.1 becomes 0.100006) and the kept values are scaled by 1 / (1 - that
-    p), so the expectation is exact. Other devices keep F.dropout's fused kernel.
-    """
-    if not training or p == 0:
-        return x
-    if x.device.type != "cpu" or p >= 1:
-        return F.dropout(x, p, True)
-    return x * _keep_mask(x, round(p * 65536))
-
-
-def _keep_mask(x: Tensor, dropped: int) -> Tensor:
-    """A mask shaped and typed like `x`: 0 with probability dropped / 65536, else
-    65536 / (65536 - dropped)."""
-    n = x.numel()
-    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
-    bits = bits.random_(-(2**63), 2**63 - 1).view(torch.int16)[:n]  # (N,) uniform int16
-    keep = bits.view(x.shape).ge(dropped - 32768)  # (...) True with probability 1 - p
-    return keep.to(x.dtype).mul_(65536 / (65536 - dropped))
 
 
 class Linear(nn.Linear):
-    """nn.Linear whose forward is `linear` above (same parameters and state-dict keys)."""
+    """nn.Linear whose forward is kernels.linear, with an optional fused ReLU (same parameters
+    and state-dict keys)."""
 
     def forward(self, x: Tensor, relu: bool = False) -> Tensor:
-        return linear(x, self.weight, self.bias, relu)
+        return kernels.linear(x, self.weight, self.bias, relu)
 
 
 class LayerCache:
@@ -135,56 +89,11 @@ class LayerCache:
             self.cross_v = self.cross_v.index_select(0, sentences)
 
 
-def attention_mask(
-    key_mask: Tensor | None, causal: bool, q_len: int, k_len: int, device: torch.device
-) -> Tensor | None:
-    """Boolean (B or 1, 1, Tq, Tk) mask, True where attention is allowed (None: all allowed)."""
-    mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, Tk)
-    if causal and q_len > 1:
-        # query i sits at position k_len - q_len + i and sees keys up to there
-        allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
-        allowed = allowed.tril(diagonal=k_len - q_len)  # (Tq, Tk)
-        mask = allowed[None, None] if mask is None else mask & allowed
-    return mask
-
-
-def _matmul_attention(q: Tensor, k_len: int, mask: Tensor | None) -> bool:
-    """Where two batched matmuls beat SDPA's CPU kernel (measured with 2 threads):
-    - decoding steps: a few queries per row (one new token, or the beams of a sentence folded
-      into one row), except a single query under a padding mask (1.2-2.5x either way);
-    - bfloat16 (autocast training): SDPA's bf16 CPU kernel is ~3x slower than its own fp32 one,
-      and 1.6-4x slower than bf16 matmuls with a float32 softmax (forward + backward, Dh 64,
-      4,096 tokens at T 32-256);
-    - float32 training on up to MATMUL_MAX_KEYS keys: 1.1-1.6x faster than SDPA forward +
-      backward (B 256, T 11-32, Dh 64, masked), keys padded to FAST_SOFTMAX_LEN. From ~64 keys
-      SDPA is as fast or faster, and keeps no (Tq, Tk) weights for backward."""
-    if q.device.type != "cpu":
-        return False
-    q_len = q.size(-2)
-    if q.dtype == torch.bfloat16 or (q.requires_grad and k_len <= MATMUL_MAX_KEYS):
-        return True
-    return q_len <= 8 and (q_len > 1 or mask is None)
-
-
-def _pad_keys(
-    k: Tensor, v: Tensor, bias: Tensor | None, mask: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
-    """Keys and values (B, H, Tk, Dh) padded with zeros to FAST_SOFTMAX_LEN positions, which the
-    returned mask hides; the logits' bias, if any, padded alike."""
-    k_len, pad = k.size(-2), FAST_SOFTMAX_LEN - k.size(-2)
-    if mask is None:
-        mask = torch.ones(1, 1, 1, k_len, dtype=torch.bool, device=k.device)
-    mask = F.pad(mask, (0, pad), value=False)  # (B|1, 1, Tq|1, 16)
-    bias = None if bias is None else F.pad(bias, (0, pad))  # (B|1, H, Tq, 16)
-    return F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad)), bias, mask  # (B, H, 16, Dh)
-
-
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product multi-head attention (Vaswani et al. 2017), self or cross.
 
     Calls the positional hooks `rotate` (queries and keys) and `bias` (logits), and `values` when
-    the encoding asks for the attention weights. Runs on `F.scaled_dot_product_attention` unless
-    the weights are needed or two matmuls are faster on a CPU (`_matmul_attention`).
+    the encoding asks for the attention weights; kernels.attention does the rest.
     """
 
     def __init__(
@@ -233,30 +142,12 @@ class MultiHeadAttention(nn.Module):
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, offset: int
     ) -> Tensor:
-        q_len, k_len = q.size(-2), k.size(-2)
-        bias = self.pos.bias(q, offset, k_len)  # (B|1, H, Tq, Tk) or None
-        mask = attention_mask(key_mask, self.causal, q_len, k_len, q.device)
+        """q (B, H, Tq, Dh) over k, v (B, H, Tk, Dh) -> (B, H, Tq, Dh), with the positional
+        bias (and relative values) of queries that start at position `offset`."""
+        bias = self.pos.bias(q, offset, k.size(-2))  # (B|1, H, Tq, Tk) or None
+        values = partial(self.pos.values, q_offset=offset) if self.pos.needs_weights else None
         p = self.dropout if self.training else 0.0
-        if self.pos.needs_weights or _matmul_attention(q, k_len, mask):
-            if k_len < FAST_SOFTMAX_LEN and q.requires_grad and not self.pos.needs_weights:
-                k, v, bias, mask = _pad_keys(k, v, bias, mask)  # Tk -> 16
-            logits = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, H, Tq, Tk)
-            if bias is not None:
-                logits = logits + bias
-            if mask is not None:
-                logits = logits.masked_fill(~mask, float("-inf"))
-            weights = logits.softmax(-1, dtype=torch.float32).to(v.dtype)  # (B, H, Tq, Tk)
-            weights = dropout(weights, p, self.training)
-            out = weights @ v  # (B, H, Tq, Dh)
-            extra = self.pos.values(weights, offset)
-            return out if extra is None else out + extra
-        if bias is None and mask is None:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
-        if bias is None and key_mask is None and q_len == k_len:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        if bias is not None:
-            mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        return kernels.attention(q, k, v, bias, key_mask, self.causal, p, values)
 
 
 class FeedForward(nn.Module):
@@ -269,7 +160,7 @@ class FeedForward(nn.Module):
         self.dropout = dropout
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = dropout(self.up(x, relu=True), self.dropout, self.training)  # (B, T, F)
+        hidden = kernels.dropout(self.up(x, relu=True), self.dropout, self.training)  # (B, T, F)
         return self.down(hidden)  # (B, T, D)
 
 
@@ -288,9 +179,9 @@ class Residual(nn.Module):
     def forward(self, x: Tensor, sublayer: nn.Module, *args: object, **kwargs: object) -> Tensor:
         if self.norm_first:
             out = sublayer(self.norm(x), *args, **kwargs)  # (B, T, D)
-            return x + dropout(out, self.dropout, self.training)
+            return x + kernels.dropout(out, self.dropout, self.training)
         out = sublayer(x, *args, **kwargs)  # (B, T, D)
-        return self.norm(x + dropout(out, self.dropout, self.training))
+        return self.norm(x + kernels.dropout(out, self.dropout, self.training))
 
 
 @dataclass

@@ -13,12 +13,13 @@ from typing import Any
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from seq2seq.build import Split
 from seq2seq.config import SearchKind, TrainConfig
+from seq2seq.corpus import Split
 from seq2seq.data import collate, token_batches
-from seq2seq.evaluate import score
+from seq2seq.distributed import NullWriter
 from seq2seq.loss import label_smoothed_nll
 from seq2seq.model import EncoderDecoder
+from seq2seq.scoring import score
 from seq2seq.search import translate_ids
 from seq2seq.tokenizer import Tokenizer
 
@@ -68,7 +69,7 @@ class Window:
         self.tokens += int(stats["tokens"])
         self.steps += 1
 
-    def log(self, writer: SummaryWriter, step: int, lr: float) -> dict[str, str]:
+    def log(self, writer: SummaryWriter | NullWriter, step: int, lr: float) -> dict[str, str]:
         """Write the window's scalars to TensorBoard, start a new window; returns the progress
         bar's postfix."""
         elapsed = max(time.monotonic() - self.start, 1e-9)

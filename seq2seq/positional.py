@@ -59,6 +59,8 @@ def sinusoid_table(length: int, d_model: int) -> Tensor:
 class Sinusoidal(PositionalEncoding):
     """Fixed sinusoids added to the embeddings (Vaswani et al. 2017)."""
 
+    table: Tensor  # (max_len, D), a buffer
+
     def __init__(self, d_model: int, max_len: int) -> None:
         super().__init__()
         self.d_model = d_model
@@ -107,6 +109,10 @@ class Rotary(PositionalEncoding):
     Channel i is paired with channel i + Dh/2 (the GPT-NeoX layout), so q.k depends only on the
     offset between the two positions.
     """
+
+    inv_freq: Tensor  # (Dh/2,), a buffer
+    _cos: Tensor  # (T, Dh) cached cosines
+    _sin: Tensor  # (T, Dh) cached sines
 
     def __init__(self, head_dim: int, base: float) -> None:
         super().__init__()
@@ -165,6 +171,8 @@ class ALiBi(PositionalEncoding):
     The encoder uses the symmetric distance |i - j|; in the causal decoder only j <= i is visible,
     where it equals the paper's i - j.
     """
+
+    slopes: Tensor  # (H,), a buffer
 
     def __init__(self, n_heads: int) -> None:
         super().__init__()

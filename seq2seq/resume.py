@@ -1,5 +1,5 @@
 """Resuming a run: which checkpoint to resume from, whether the config still describes the same
-run, the random-number-generator states a checkpoint carries, and `make resume RUN=<dir>`.
+run, and the overrides a run is restarted with (`make resume RUN=<dir>`, `resume_cli.py`).
 
 A run resumes when it is started again on its own run directory (`hydra.run.dir=<dir>`, which
 `make resume` does with the run's saved overrides) and `trainer.resume=auto` (the default) finds a
@@ -8,21 +8,15 @@ checkpoint there: `last.pt`, or the newest loadable `step_N.pt` when `last.pt` i
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import random
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from omegaconf import OmegaConf
 
-from seq2seq.build import config_from_dict, resolve_path
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, step_checkpoints
-from seq2seq.config import TrainConfig
+from seq2seq.config import TrainConfig, config_from_dict, resolve_path
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +46,8 @@ SAFE_KEYS = frozenset(
 )
 SAFE_PREFIXES = ("decode.",)
 RESUMABLE = ("model", "optimizer", "scheduler", "scaler", "train_state", "rng", "config")
+# a checkpoint to resume from: its path and its contents
+Resume = tuple[Path, dict[str, Any]]
 
 
 class ResumeError(RuntimeError):
@@ -61,7 +57,7 @@ class ResumeError(RuntimeError):
 # --------------------------------------------------------------------------- which checkpoint
 
 
-def find_checkpoint(mode: str, ckpt_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+def find_checkpoint(mode: str, ckpt_dir: Path) -> Resume | None:
     """The checkpoint to resume from and its contents, or None to start afresh.
 
     mode is trainer.resume: "auto" (last.pt, falling back to the newest loadable step_N.pt with a
@@ -155,51 +151,7 @@ def check_compatible(saved: dict[str, Any], cfg: TrainConfig, source: Path) -> N
         )
 
 
-def data_fingerprint(*columns: Sequence[str]) -> str:
-    """sha256 of text columns (e.g. train source, train target, valid source, valid target)."""
-    digest = hashlib.sha256()
-    for column in columns:
-        digest.update(len(column).to_bytes(8, "little"))
-        for text in column:
-            data = text.encode("utf-8")
-            digest.update(len(data).to_bytes(8, "little"))
-            digest.update(data)
-    return digest.hexdigest()
-
-
-# --------------------------------------------------------------------------- RNG states
-
-
-def rng_state() -> dict[str, Any]:
-    """Python's, torch's CPU and (when in use) CUDA generators, as tensors and plain values."""
-    version, internal, gauss_next = random.getstate()
-    state: dict[str, Any] = {
-        "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng(state: dict[str, Any]) -> None:
-    """Set the generators from `rng_state()`'s result."""
-    python = state.get("python")
-    if isinstance(python, dict):
-        random.setstate((python["version"], tuple(python["internal"]), python["gauss_next"]))
-    else:  # checkpoints before the plain format stored a repr, which is never evaluated
-        log.warning("the checkpoint has no usable python random state; it is not restored")
-    torch.set_rng_state(state["torch"].cpu())
-    cuda = state.get("cuda")
-    if cuda is not None and torch.cuda.is_available():
-        if len(cuda) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
-        else:
-            log.warning("CUDA random states of %d devices not restored on %d", len(cuda),
-                        torch.cuda.device_count())  # fmt: skip
-
-
-# --------------------------------------------------------------------------- make resume
+# --------------------------------------------------------------------------- overrides
 
 
 OVERRIDES_NAME = "overrides.yaml"
@@ -230,22 +182,3 @@ def merge_overrides(saved: list[str], extra: list[str]) -> list[str]:
     key = lambda override: override.split("=", 1)[0].lstrip("+~")  # noqa: E731
     given = {key(o) for o in extra}
     return [o for o in saved if key(o) not in given] + extra
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m seq2seq.resume RUN_DIR [overrides...]`: train again in RUN_DIR with the
-    overrides it was started with (plus any given), which resumes from its last checkpoint."""
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0].startswith("-"):
-        sys.exit("usage: python -m seq2seq.resume RUN_DIR [key=value ...]  (make resume RUN=...)")
-    run_dir = Path(args[0])
-    overrides = merge_overrides(saved_overrides(run_dir), args[1:])
-    from seq2seq import train
-
-    quoted = str(run_dir).replace("\\", "\\\\").replace("'", "\\'")
-    sys.argv = [sys.argv[0], *overrides, f"hydra.run.dir='{quoted}'"]
-    train.cli()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,33 +1,27 @@
-"""The run directory: one training process at a time, writable before training starts, and the
-machine-readable training log `train_log.jsonl`.
+"""The run directory: one training process at a time, writable, with room for checkpoints,
+before training starts (the training log written there is `steplog.py`'s).
 
 - `RunLock` holds an exclusive `fcntl.flock` on `<run dir>/train.lock` for the whole run; a second
   run on the same directory fails at once, naming the directory and the holder's pid. The kernel
   drops the lock when the process dies, even by SIGKILL, so a stale lock file is harmless.
 - `check_writable` and `check_free_space` fail before any data is read or step is trained.
-- `StepLog` appends one JSON object a line (train steps, skipped steps, validations). A checkpoint
-  stores how many records had been written; resuming cuts the file back to that many, so a resumed
-  run's log equals that of a run that was never interrupted.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import logging
-import math
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "train.lock"
-LOG_NAME = "train_log.jsonl"
 
 
 class RunDirError(RuntimeError):
@@ -109,54 +103,3 @@ def check_free_space(folder: Path, checkpoint_bytes: int, keep: int) -> None:
             "%s: %s free; the %d checkpoints this run keeps need about %s",
             folder, mib(free), keep, mib(keep * checkpoint_bytes),
         )  # fmt: skip
-
-
-def _plain(value: Any) -> Any:
-    """JSON has no NaN or infinity: non-finite floats are written as strings ("nan", "inf")."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
-
-
-class StepLog:
-    """`train_log.jsonl`: one JSON record a line, flushed as written."""
-
-    def __init__(self, path: Path, keep_records: int) -> None:
-        """Open `path` for appending after cutting it back to its first `keep_records` records
-        (0 for a fresh run); a half-written last line (a killed process) is dropped too."""
-        self.path = path
-        self.records = self._cut(keep_records)
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
-
-    def _cut(self, keep: int) -> int:
-        lines = self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
-        kept = []
-        for line in lines[:keep]:
-            try:
-                json.loads(line)
-            except ValueError:
-                break
-            kept.append(line + "\n")
-        if lines and len(kept) < keep:
-            log.warning("%s: %d records, the checkpoint expected %d", self.path, len(kept), keep)
-        if len(kept) != len(lines):
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.writelines(kept)
-            os.replace(tmp, self.path)
-        return len(kept)
-
-    def write(self, record: dict[str, Any]) -> None:
-        """Append `record` (numbers, strings) as one line."""
-        line = json.dumps({k: _plain(v) for k, v in record.items()}, allow_nan=False)
-        self._file.write(line + "\n")
-        self._file.flush()
-        self.records += 1
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def read_step_log(path: Path) -> list[dict[str, Any]]:
-    """The records of a `train_log.jsonl`."""
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]

@@ -2,8 +2,9 @@
 
 main -> train(cfg, run_dir): lock the run dir, check it is writable with room for checkpoints,
 find a checkpoint to resume from and check it fits the config (seq2seq/resume.py), then
-Trainer(cfg).fit() (seq2seq/trainer.py), score best.pt (and the averaged checkpoint) on the test
-splits, and write results.json. docs/RELIABILITY.md lists how every fault is handled.
+build_trainer(cfg, run_dir, resume).fit() (seq2seq/build.py, seq2seq/trainer.py), score best.pt
+(and the averaged checkpoint) on the test splits, and write results.json. docs/RELIABILITY.md
+lists how every fault is handled.
 """
 
 from __future__ import annotations
@@ -15,23 +16,28 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.build import checkpoint_bytes, resolve_device
-from seq2seq.checkpoint import CheckpointError, load_checkpoint, remove_partial_writes
+from seq2seq.build import build_trainer, checkpoint_bytes, resolve_device
+from seq2seq.checkpoint import (
+    CheckpointError,
+    average_last,
+    load_checkpoint,
+    remove_partial_writes,
+)
 from seq2seq.cli import run_hydra
 from seq2seq.config import CONFIG_DIR, ConfigError, TrainConfig, check_config, register_configs
 from seq2seq.data import DataError
 from seq2seq.distributed import broadcast, cleanup, init_distributed
 from seq2seq.interrupt import TrainingInterrupted
-from seq2seq.loss import label_smoothed_nll
 from seq2seq.machine import describe
 from seq2seq.resume import (
+    Resume,
     ResumeError,
     check_compatible,
     find_checkpoint,
@@ -39,19 +45,9 @@ from seq2seq.resume import (
     record_overrides,
 )
 from seq2seq.rundir import RunDirError, RunLock, check_free_space, check_writable
-from seq2seq.trainer import NonFiniteLossError, Resume, Trainer, TrainState
+from seq2seq.trainer import NonFiniteLossError, Trainer
 
 log = logging.getLogger(__name__)
-__all__ = [
-    "DistributedSetupError",
-    "NonFiniteLossError",
-    "TrainState",
-    "Trainer",
-    "cli",
-    "label_smoothed_nll",
-    "main",
-    "train",
-]
 
 
 class DistributedSetupError(RuntimeError):
@@ -93,7 +89,7 @@ def train(
         broadcast((str(resume[0]) if resume else None, None))
         if overrides is not None:
             record_overrides(run_dir, overrides)
-        trainer = Trainer(cfg, run_dir, resume)
+        trainer = build_trainer(cfg, run_dir, resume)
         try:
             summary = fit_and_test(trainer)
         finally:
@@ -116,7 +112,7 @@ def train_worker(cfg: TrainConfig, run_dir: Path) -> dict[str, dict[str, object]
     if error is not None:
         raise DistributedSetupError(error)
     resume = (Path(path), load_checkpoint(path)) if path is not None else None
-    trainer = Trainer(cfg, run_dir, resume)
+    trainer = build_trainer(cfg, run_dir, resume)
     try:
         trainer.fit()
     finally:
@@ -132,7 +128,7 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
     fit_seconds = max(time.monotonic() - fit_start, 1e-9)
     summary: dict[str, Any] = {"test": trainer.test(trainer.ckpt_dir / "best.pt")}
     if trainer.cfg.trainer.average_last:
-        average, sources = trainer.average()
+        average, sources = average_last(trainer.ckpt_dir, trainer.cfg.trainer.average_last)
         summary["test_average"] = trainer.test(average, ".average")
         summary["averaged"] = [p.name for p in sources]
     return {**summary, "best_valid_bleu": s.best_bleu, "steps": s.step,
@@ -172,7 +168,8 @@ def main(cfg: DictConfig) -> float:
         sys.exit(1)
     finally:
         cleanup()
-    return float(next(iter(results.values()))["bleu"]) if results else 0.0
+    bleu = next(iter(results.values()))["bleu"] if results else 0.0
+    return float(cast(float, bleu))
 
 
 # torchrun ranks other than 0 get no run directory, .hydra/ copy or log file from Hydra: the

@@ -7,6 +7,9 @@ for each group of batches:
     every valid_every steps: validate (loss, ppl, greedy BLEU), early stopping, save last/best
 test(): score a checkpoint on the test splits. restore(): continue exactly from a checkpoint.
 docs/RELIABILITY.md lists how every fault is handled.
+
+A Trainer is built from objects: a model, its optimizer and schedule, the encoded splits and
+their tokenizers. It reads no corpus from disk; build.build_trainer does that from a config.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import contextlib
 import copy
 import logging
 import math
-import random
 import signal
 import time
 from dataclasses import asdict, dataclass, fields
@@ -29,34 +31,30 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from seq2seq.allocator import keep_freed_memory
-from seq2seq.build import (
-    build_model,
-    build_optimizer,
-    load_corpus,
-    load_model_state,
-    resolve_device,
-)
+from seq2seq import kernels
 from seq2seq.checkpoint import (
-    average_checkpoints,
+    data_fingerprint,
     load_checkpoint,
+    load_model_state,
+    restore_rng,
+    rng_state,
     rotate_checkpoints,
     save_checkpoint,
-    step_checkpoints,
 )
 from seq2seq.config import Precision, TrainConfig
+from seq2seq.corpus import Split
 from seq2seq.data import Batch, collate, token_batches
-from seq2seq.distributed import NullWriter, all_reduce_sum, broadcast, init_distributed, shard
-from seq2seq.evaluate import format_scores, score
+from seq2seq.distributed import DistInfo, NullWriter, all_reduce_sum, broadcast, shard
 from seq2seq.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.interrupt import StopSignals, TrainingInterrupted
-from seq2seq.loss import linear_label_smoothed_nll
 from seq2seq.metrics import Window, validate
+from seq2seq.model import EncoderDecoder
 from seq2seq.precision import device_default, faster, time_precisions
-from seq2seq.resume import ResumeError, data_fingerprint, restore_rng, rng_state
-from seq2seq.rundir import LOG_NAME, StepLog
+from seq2seq.resume import Resume, ResumeError
+from seq2seq.scoring import format_scores, score
 from seq2seq.search import translate_ids
-from seq2seq.tokenizer import PAD_ID, tokenizer_from_state
+from seq2seq.steplog import LOG_NAME, StepLog
+from seq2seq.tokenizer import PAD_ID, Tokenizer
 
 log = logging.getLogger(__name__)
 # the dtype each trainer.precision computes its matmuls in (autocast's, and for the MFU's peak)
@@ -87,35 +85,34 @@ class TrainState:
     precision: str = ""  # the precision trained in (what trainer.precision=auto chose)
 
 
-Resume = tuple[Path, dict[str, Any]]
-
-
 class Trainer:
     """One training run: data, model, optimizer, logging and checkpoints."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: Path, resume: Resume | None = None) -> None:
-        self.cfg, self.run_dir = cfg, run_dir
-        t = cfg.trainer
-        if t.threads > 0:
-            torch.set_num_threads(t.threads)
-        random.seed(t.seed)
-        torch.manual_seed(t.seed)
-        self.dist, self.device = init_distributed(resolve_device(t.device))
-        if self.device.type == "cpu":
-            keep_freed_memory()  # ~5% of a CPU step went to faulting in fresh pages
-        saved_toks = None
-        if resume is not None:
-            saved = resume[1]["tokenizers"]
-            saved_toks = (tokenizer_from_state(saved["src"]), tokenizer_from_state(saved["tgt"]))
-        self.src_tok, self.tgt_tok, self.splits = load_corpus(cfg.data, cfg.tokenizer, saved_toks)
-        self.train_data = self.splits[cfg.data.train]
-        valid = self.splits[cfg.data.valid]
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        model: EncoderDecoder,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        splits: dict[str, Split],
+        tokenizers: tuple[Tokenizer, Tokenizer],
+        run_dir: Path,
+        dist: DistInfo | None = None,
+        resume: Resume | None = None,
+    ) -> None:
+        """A run of cfg in run_dir: `model` on the device it trains on, `splits` by name
+        (cfg.data's train, valid and test) encoded with `tokenizers` (source, target). `dist`:
+        this process's place in a torchrun job (None: a single process). `resume`: a
+        checkpoint's path and contents to continue from, random generators included."""
+        self.cfg, self.run_dir, t = cfg, run_dir, cfg.trainer
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.src_tok, self.tgt_tok = tokenizers
+        self.splits, self.train_data = splits, splits[cfg.data.train]
+        valid = splits[cfg.data.valid]
         self.fingerprint = data_fingerprint(
             self.train_data.src_text, self.train_data.tgt_text, valid.src_text, valid.tgt_text
         )
-        self.model = build_model(cfg, self.src_tok.vocab_size, self.tgt_tok.vocab_size)
-        self.model.to(self.device)
-        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, self.device)
+        self.dist, self.device = dist or DistInfo(), next(model.parameters()).device
         self.scaler = torch.amp.GradScaler(enabled=t.precision == Precision.fp16)
         self.state = TrainState(world_size=self.dist.world)
         self.precision = t.precision  # auto is resolved below, once the model can take steps
@@ -128,7 +125,17 @@ class Trainer:
         self.wrap_model()
         self.precision = self.state_precision()
         self.state.precision = self.precision.value
-        m = cfg.model
+        self.open_meters()
+        log.info(
+            "model: %d parameters; vocab %d/%d; train %d pairs; device %s; precision %s",
+            self.model.num_params(), self.src_tok.vocab_size, self.tgt_tok.vocab_size,
+            len(self.train_data), self.device, self.precision.value,
+        )  # fmt: skip
+
+    def open_meters(self) -> None:
+        """The FLOP counter and throughput meter (MFU against the precision's peak), and, on
+        rank 0 alone, train_log.jsonl and TensorBoard, continuing where the checkpoint was."""
+        m, t = self.cfg.model, self.cfg.trainer
         self.flops = FlopCounter(self.model, m.d_model, (m.enc_layers, m.dec_layers),
                                  self.tgt_tok.vocab_size)  # fmt: skip
         peak = peak_tflops(self.device, t.peak_tflops, DTYPES[self.precision])
@@ -137,14 +144,9 @@ class Trainer:
         self.steplog: StepLog | NullWriter = NullWriter()
         self.writer: SummaryWriter | NullWriter = NullWriter()
         if self.dist.is_main:  # rank 0 alone writes logs
-            self.steplog = StepLog(run_dir / LOG_NAME, self.state.log_records)
+            self.steplog = StepLog(self.run_dir / LOG_NAME, self.state.log_records)
             # hide TensorBoard events a killed process wrote after the checkpoint
-            self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=self.state.step + 1)
-        log.info(
-            "model: %d parameters; vocab %d/%d; train %d pairs; device %s; precision %s",
-            self.model.num_params(), self.src_tok.vocab_size, self.tgt_tok.vocab_size,
-            len(self.train_data), self.device, self.precision.value,
-        )  # fmt: skip
+            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=self.state.step + 1)
 
     def wrap_model(self) -> None:
         """self.ddp: the module whose gradients DDP averages over ranks (the model itself in a
@@ -227,8 +229,8 @@ class Trainer:
                  self.scheduler.state_dict(), rng_state())  # fmt: skip
         t = self.cfg.trainer
         batches = self.epoch_batches(0)
-        groups = [batches[i : i + t.accum_steps] for i in range(0, len(batches), t.accum_steps)]
-        groups = [[self._collate(i) for i in g] for g in groups[:2]]
+        first = [batches[i : i + t.accum_steps] for i in range(0, 2 * t.accum_steps, t.accum_steps)]
+        groups = [[self._collate(i) for i in g] for g in first if g]
 
         def step(precision: Precision, round_: int) -> None:
             self.precision = precision
@@ -279,7 +281,7 @@ class Trainer:
         real = batch.tgt_out.ne(PAD_ID)  # (B, T): no logits are computed for padding
         with self.autocast():
             hidden = self.forward(batch.src, batch.tgt_in, real)  # (K, D)
-            return linear_label_smoothed_nll(
+            return kernels.output_loss(
                 hidden, self.model.out.weight, batch.tgt_out[real], self.cfg.trainer.label_smoothing
             )
 
@@ -288,7 +290,7 @@ class Trainer:
         or None when the loss or gradient norm was not finite and the step was skipped."""
         counts = self.step_counts(group)
         # normalise by all ranks' tokens; DDP's average over ranks (x 1/world) is undone here
-        total_tokens = counts["tokens"]
+        total_tokens = int(counts["tokens"])
         denom = total_tokens / self.dist.world
         loss_sum = nll_sum = 0.0
         for i, batch in enumerate(group):
@@ -501,18 +503,6 @@ class Trainer:
             self.writer.add_scalar(f"{board}/{name}_bleu", results[name]["bleu"], self.state.step)
             log.info("\n%s", format_scores(f"{name} [{path.name}]", results[name]))
         return results
-
-    def average(self) -> tuple[Path, list[Path]]:
-        """Average the last trainer.average_last step checkpoints into checkpoints/average.pt."""
-        n = self.cfg.trainer.average_last
-        sources = step_checkpoints(self.ckpt_dir)[-n:]
-        if len(sources) < n:
-            log.warning("trainer.average_last=%d but only %d step checkpoints to average", n,
-                        len(sources))  # fmt: skip
-        path = self.ckpt_dir / "average.pt"
-        save_checkpoint(average_checkpoints(sources), path)
-        log.info("averaged %s into %s", ", ".join(p.name for p in sources), path)
-        return path, sources
 
     def close(self) -> None:
         self.writer.close()

@@ -12,6 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
+from seq2seq import kernels
 from seq2seq.build import load_for_inference
 from seq2seq.cli import entry_point
 from seq2seq.config import TrainConfig, TranslateConfig, check_decode, register_configs
@@ -36,6 +37,7 @@ def read_input(path: str) -> list[str]:
 def load_model(cfg: TranslateConfig) -> Loaded:
     """Check the decoding settings, then load the checkpoint (model, tokenizers, its config)."""
     check_decode(cfg.decode)
+    kernels.setup_process()  # oneDNN's cache caps, before the first product
     return load_for_inference(cfg.ckpt, cfg.device)
 
 

@@ -1,6 +1,6 @@
-"""allocator.keep_freed_memory: with glibc, blocks up to 32 MiB come from the heap and freed ones
-stay there for reuse (as glibc's mallinfo2 reports); elsewhere nothing changes and it returns
-False. The page faults this saves a training step are measured by
+"""keep_freed_memory (seq2seq/kernels/allocator.py): with glibc, blocks up to 32 MiB come from
+the heap and freed ones stay there for reuse (as glibc's mallinfo2 reports); elsewhere nothing
+changes and it returns False. The page faults this saves a training step are measured by
 benchmarks/allocator_faults.py, not here."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-import seq2seq.allocator
-from seq2seq.allocator import keep_freed_memory
-from seq2seq.build import PROJECT_ROOT
+import seq2seq.kernels.allocator as allocator
+from seq2seq.config import PROJECT_ROOT
+from seq2seq.kernels.allocator import keep_freed_memory
 
 BLOCK = 4 * 2**20  # over glibc's initial mmap threshold (128 KiB), under the raised one
 
@@ -25,8 +25,12 @@ BLOCK = 4 * 2**20  # over glibc's initial mmap threshold (128 KiB), under the ra
 # after keep_freed_memory(), malloc and free one BLOCK at a time and print, as JSON, the bytes
 # mmapped and the heap growth while it is held, and the heap growth left after it is freed.
 PROBE = """
-import ctypes, json, sys
-from seq2seq.allocator import keep_freed_memory
+import ctypes, importlib.util, json, sys
+# the module file alone: the kernels package would load torch, whose allocations would blur these
+spec = importlib.util.spec_from_file_location("allocator", sys.argv[2])
+allocator = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(allocator)
+keep_freed_memory = allocator.keep_freed_memory
 BLOCK = int(sys.argv[1])
 try:
     libc = ctypes.CDLL("libc.so.6")
@@ -59,8 +63,8 @@ print(json.dumps({"initial": initial, "tuned": tuned, "first": block(), "again":
 def malloc_probe() -> dict[str, Any] | None:
     """PROBE's measurements, or None without glibc 2.33+."""
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    done = subprocess.run([sys.executable, "-c", PROBE, str(BLOCK)], check=True, env=env,
-                          capture_output=True, text=True)  # fmt: skip
+    args = [sys.executable, "-c", PROBE, str(BLOCK), str(allocator.__file__)]
+    done = subprocess.run(args, check=True, env=env, capture_output=True, text=True)
     return json.loads(done.stdout)
 
 
@@ -79,7 +83,7 @@ def test_freed_blocks_stay_in_the_heap_for_reuse() -> None:
 
 def test_elsewhere_than_linux_nothing_is_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     loaded: list[str] = []
-    monkeypatch.setattr(seq2seq.allocator, "sys", SimpleNamespace(platform="darwin"))
+    monkeypatch.setattr(allocator, "sys", SimpleNamespace(platform="darwin"))
     monkeypatch.setattr(ctypes, "CDLL", lambda name: loaded.append(name))
     assert keep_freed_memory() is False
     assert loaded == []
@@ -89,7 +93,7 @@ def test_without_glibc_nothing_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     def musl(name: str) -> None:
         raise OSError(f"{name}: cannot open shared object file")
 
-    monkeypatch.setattr(seq2seq.allocator, "sys", SimpleNamespace(platform="linux"))
+    monkeypatch.setattr(allocator, "sys", SimpleNamespace(platform="linux"))
     monkeypatch.setattr(ctypes, "CDLL", musl)
     assert keep_freed_memory() is False
 
@@ -101,7 +105,7 @@ def test_a_refused_setting_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
         calls.append((param, value))
         return 0  # glibc's answer to a value it does not accept
 
-    monkeypatch.setattr(seq2seq.allocator, "sys", SimpleNamespace(platform="linux"))
+    monkeypatch.setattr(allocator, "sys", SimpleNamespace(platform="linux"))
     monkeypatch.setattr(ctypes, "CDLL", lambda name: SimpleNamespace(mallopt=mallopt))
     assert keep_freed_memory() is False
-    assert calls[0] == (seq2seq.allocator.M_MMAP_THRESHOLD, seq2seq.allocator.MMAP_THRESHOLD)
+    assert calls[0] == (allocator.M_MMAP_THRESHOLD, allocator.MMAP_THRESHOLD)

@@ -1,6 +1,6 @@
-"""seq2seq-translate, seq2seq-evaluate and seq2seq-train fail alike: a user error prints one line,
-`error: <Type>: <message>`, on stderr and exits 1, with no traceback and no Hydra banner. Run
-through the installed console scripts, as a user runs them."""
+"""seq2seq-translate, seq2seq-evaluate, seq2seq-train and `make resume` fail alike: a user error
+prints one line, `error: <Type>: <message>`, on stderr and exits 1, with no traceback and no Hydra
+banner. Run through the installed console scripts (and `python -m`), as a user runs them."""
 
 from __future__ import annotations
 
@@ -198,3 +198,14 @@ def test_train_config_errors(root: Path, tmp_path: Path, args: list[str], words:
     """seq2seq-train itself: a composition error is one line too, not Hydra's banner."""
     done = cli("seq2seq-train", [*args, f"hydra.run.dir={tmp_path / 'run'}"], root)
     assert_user_error(done, "ConfigError", *words)
+
+
+def test_make_resume_of_a_folder_that_holds_no_run(tmp_path: Path) -> None:
+    """`make resume RUN=<dir>` (seq2seq/resume_cli.py) fails like seq2seq-train when <dir> is no
+    run's folder: one ResumeError line naming it, exit 1, no traceback."""
+    folder = tmp_path / "nope"
+    done = subprocess.run(
+        [sys.executable, "-m", "seq2seq.resume_cli", str(folder)], cwd=tmp_path, env=env(),
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert_user_error(done, "ResumeError", str(folder), "not the folder of a seq2seq-train run")

@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from seq2seq.build import build_trainer
 from seq2seq.distributed import DistInfo, cleanup, shard
-from seq2seq.trainer import Trainer
 from tests.tiny_run import child_env, compose_train, tiny_overrides, write_slice
 
 STEPS = 3
@@ -49,7 +49,7 @@ def _worker(rank: int, world: int, port: int, args: list[str], run_dir: str, out
     os.environ.update(rank_env(rank, world, port))
     torch.set_num_threads(1)
     try:
-        trainer = Trainer(compose_train(args), Path(run_dir))
+        trainer = build_trainer(compose_train(args), Path(run_dir))
         trainer.fit()
         trainer.close()
         torch.save(trainer.model.state_dict(), Path(out) / f"rank{rank}.pt")
@@ -74,7 +74,7 @@ def test_two_gloo_ranks_match_single_process_with_accumulation(tmp_path: Path) -
         (tmp_path / folder).mkdir()
     # single process, accum_steps=2: step k trains on batches 2k and 2k+1 of the epoch, which
     # are exactly rank 0's and rank 1's k-th batches (batches[rank::2]) with 2 ranks
-    single = Trainer(compose_train(overrides(data, cache, 2)), tmp_path / "single")
+    single = build_trainer(compose_train(overrides(data, cache, 2)), tmp_path / "single")
     initial = {k: v.clone() for k, v in single.model.state_dict().items()}
     single.fit()
     single.close()

@@ -1,5 +1,5 @@
-"""Tests for seq2seq.layers: masks, attention against a reference, residual blocks, caches,
-the CPU dropout."""
+"""Tests for seq2seq.layers: attention against a written-out reference, residual blocks, caches,
+encoder and decoder layers."""
 
 from __future__ import annotations
 
@@ -10,67 +10,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seq2seq import kernels
 from seq2seq.layers import (
-    FAST_SOFTMAX_LEN,
-    MATMUL_MAX_KEYS,
     DecoderLayer,
     EncoderLayer,
     LayerCache,
     LayerSpec,
-    Linear,
     MultiHeadAttention,
     Residual,
-    _pad_keys,
-    attention_mask,
-    dropout,
 )
 from seq2seq.positional import ALiBi, PositionalEncoding, ShawRelative
 
 Y, N = True, False  # short names keep the mask tables readable
-CPU = torch.device("cpu")
-
-# --------------------------------------------------------------------------- attention_mask
-
-
-def test_attention_mask_none_when_everything_is_allowed() -> None:
-    assert attention_mask(None, causal=False, q_len=3, k_len=3, device=CPU) is None
-    # a single causal query (incremental decoding) sees every cached key
-    assert attention_mask(None, causal=True, q_len=1, k_len=4, device=CPU) is None
-
-
-def test_attention_mask_padding_only() -> None:
-    key_mask = torch.tensor([[Y, Y, N], [Y, N, N]])
-    mask = attention_mask(key_mask, causal=False, q_len=2, k_len=3, device=CPU)
-    assert mask is not None and mask.shape == (2, 1, 1, 3)
-    assert mask[:, 0, 0].tolist() == [[Y, Y, N], [Y, N, N]]
-
-
-def test_attention_mask_causal_square() -> None:
-    mask = attention_mask(None, causal=True, q_len=3, k_len=3, device=CPU)
-    assert mask is not None and mask.shape == (1, 1, 3, 3)
-    assert mask[0, 0].tolist() == [[Y, N, N], [Y, Y, N], [Y, Y, Y]]
-
-
-def test_attention_mask_causal_with_cached_keys() -> None:
-    # 2 new queries at positions 2 and 3 after 2 cached tokens: 4 keys
-    mask = attention_mask(None, causal=True, q_len=2, k_len=4, device=CPU)
-    assert mask is not None
-    assert mask[0, 0].tolist() == [[Y, Y, Y, N], [Y, Y, Y, Y]]
-
-
-def test_attention_mask_causal_and_padding_combine() -> None:
-    key_mask = torch.tensor([[Y, Y, Y], [Y, Y, N]])
-    mask = attention_mask(key_mask, causal=True, q_len=3, k_len=3, device=CPU)
-    assert mask is not None and mask.shape == (2, 1, 3, 3)
-    assert mask[0, 0].tolist() == [[Y, N, N], [Y, Y, N], [Y, Y, Y]]
-    assert mask[1, 0].tolist() == [[Y, N, N], [Y, Y, N], [Y, Y, N]]
-
-
-def test_attention_mask_single_query_keeps_padding() -> None:
-    key_mask = torch.tensor([[Y, N]])
-    mask = attention_mask(key_mask, causal=True, q_len=1, k_len=2, device=CPU)
-    assert mask is not None and mask.view(-1).tolist() == [Y, N]
-
 
 # --------------------------------------------------------------------------- attention
 
@@ -104,30 +55,34 @@ def reference_attention(
     return attn.out_proj(torch.cat(heads, dim=-1))
 
 
+@pytest.mark.parametrize("mode", kernels.MODES)
 @pytest.mark.parametrize("alibi", [False, True], ids=["nobias", "alibi"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
 @pytest.mark.parametrize("padded", [False, True], ids=["nopad", "pad"])
-def test_attention_matches_reference(alibi: bool, causal: bool, padded: bool) -> None:
-    """Every branch of `attend` (plain SDPA, is_causal, explicit mask, bias) computes the same."""
+def test_attention_matches_reference(alibi: bool, causal: bool, padded: bool, mode: str) -> None:
+    """Every branch of the attention kernels (plain SDPA, is_causal, explicit mask, bias,
+    matmuls) computes the same."""
     torch.manual_seed(0)
     pos = ALiBi(4) if alibi else PositionalEncoding()
     attn = MultiHeadAttention(16, 4, dropout=0.0, pos=pos, causal=causal).eval()
     x = torch.randn(2, 5, 16)
     key_mask = torch.tensor([[Y] * 5, [Y, Y, Y, N, N]]) if padded else None
-    out = attn(x, key_mask=key_mask)
+    with kernels.use(mode):
+        out = attn(x, key_mask=key_mask)
     slopes = alibi_slopes_of(pos)
     torch.testing.assert_close(out, reference_attention(attn, x, key_mask, causal, slopes))
 
 
+@pytest.mark.parametrize("mode", kernels.MODES)
 @pytest.mark.parametrize("alibi", [False, True], ids=["nobias", "alibi"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
 @pytest.mark.parametrize("length", [7, 16, 19, 40])
 def test_training_attention_matches_reference_with_gradients(
-    alibi: bool, causal: bool, length: int, monkeypatch: pytest.MonkeyPatch
+    alibi: bool, causal: bool, length: int, mode: str
 ) -> None:
-    """Training on a CPU takes the matmul path up to MATMUL_MAX_KEYS keys (SDPA beyond), its keys
-    padded to FAST_SOFTMAX_LEN when there are fewer (7 here): either way outputs and input
-    gradients equal the written-out reference."""
+    """In training, with either kernels (on a CPU, auto takes matmuls up to 32 keys, with keys
+    padded to 16 when there are fewer, and SDPA beyond), outputs and input gradients equal the
+    written-out reference."""
     torch.manual_seed(0)
     pos = ALiBi(4) if alibi else PositionalEncoding()
     attn = MultiHeadAttention(16, 4, dropout=0.0, pos=pos, causal=causal)
@@ -136,43 +91,24 @@ def test_training_attention_matches_reference_with_gradients(
     key_mask[1, length - 3 :] = False
     want = reference_attention(attn, x, key_mask, causal, alibi_slopes_of(pos))
     (want_grad,) = torch.autograd.grad(want.square().sum(), [x])
-
-    def no_sdpa(*args: object, **kwargs: object) -> None:
-        raise AssertionError("SDPA called in CPU training")
-
-    if length <= MATMUL_MAX_KEYS:
-        monkeypatch.setattr(F, "scaled_dot_product_attention", no_sdpa)
-    got = attn(x, key_mask=key_mask)
-    (got_grad,) = torch.autograd.grad(got.square().sum(), [x])
+    with kernels.use(mode):
+        got = attn(x, key_mask=key_mask)
+        (got_grad,) = torch.autograd.grad(got.square().sum(), [x])
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_grad, want_grad)
-
-
-def test_pad_keys_hides_the_padding() -> None:
-    """Padded keys are zeros the mask hides; the real keys and their mask are unchanged."""
-    k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)
-    mask = torch.tensor([[Y] * 5, [Y, Y, Y, N, N]])[:, None, None, :]
-    pk, pv, bias, pmask = _pad_keys(k, v, None, mask)
-    assert pk.shape == pv.shape == (2, 4, FAST_SOFTMAX_LEN, 8) and bias is None
-    assert torch.equal(pk[:, :, :5], k) and torch.equal(pv[:, :, :5], v)
-    assert not pk[:, :, 5:].any() and not pv[:, :, 5:].any()
-    assert torch.equal(pmask[..., :5], mask) and not pmask[..., 5:].any()
-    _, _, _, unmasked = _pad_keys(k, v, torch.zeros(1, 4, 5, 5), None)
-    assert unmasked[..., :5].all() and not unmasked[..., 5:].any()
 
 
 def alibi_slopes_of(pos: PositionalEncoding) -> torch.Tensor | None:
     return pos.slopes if isinstance(pos, ALiBi) else None
 
 
+@pytest.mark.parametrize("mode", kernels.MODES)
 @pytest.mark.parametrize("alibi", [False, True], ids=["nobias", "alibi"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
-def test_bf16_autocast_attention_matches_float32(
-    alibi: bool, causal: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Under CPU bf16 autocast (training) attention runs as bf16 matmuls around a float32
-    softmax, not SDPA (slow in bf16 on a CPU); outputs and gradients stay within bf16 rounding
-    of float32 attention, masks included."""
+def test_bf16_autocast_attention_matches_float32(alibi: bool, causal: bool, mode: str) -> None:
+    """Under CPU bf16 autocast (training), outputs and gradients stay within bf16 rounding of
+    float32 attention, masks included, with either kernels (auto: bf16 matmuls around a float32
+    softmax; reference: SDPA)."""
     torch.manual_seed(0)
     pos = ALiBi(4) if alibi else PositionalEncoding()
     attn = MultiHeadAttention(32, 4, dropout=0.0, pos=pos, causal=causal)
@@ -180,12 +116,7 @@ def test_bf16_autocast_attention_matches_float32(
     key_mask = torch.tensor([[Y] * 7, [Y] * 4 + [N] * 3, [Y, Y] + [N] * 5])
     want = attn(x, key_mask=key_mask)
     want_grads = torch.autograd.grad(want.square().sum(), [x, attn.q_proj.weight])
-
-    def no_sdpa(*args: object, **kwargs: object) -> None:
-        raise AssertionError("SDPA called under bf16 autocast on a CPU")
-
-    monkeypatch.setattr(F, "scaled_dot_product_attention", no_sdpa)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with kernels.use(mode), torch.autocast("cpu", dtype=torch.bfloat16):
         got = attn(x, key_mask=key_mask)
     assert got.dtype == torch.bfloat16
     got_grads = torch.autograd.grad(got.float().square().sum(), [x, attn.q_proj.weight])
@@ -194,7 +125,8 @@ def test_bf16_autocast_attention_matches_float32(
         torch.testing.assert_close(g, w, rtol=0.05, atol=0.05 * float(w.abs().max()))
 
 
-def test_attention_weights_path_matches_reference() -> None:
+@pytest.mark.parametrize("mode", kernels.MODES)
+def test_attention_weights_path_matches_reference(mode: str) -> None:
     """Shaw attention takes the explicit-softmax path; with zero relative tables it must equal
     plain attention, masks included."""
     torch.manual_seed(0)
@@ -204,7 +136,8 @@ def test_attention_weights_path_matches_reference() -> None:
     attn = MultiHeadAttention(16, 4, dropout=0.0, pos=shaw, causal=True).eval()
     x = torch.randn(2, 5, 16)
     key_mask = torch.tensor([[Y] * 5, [Y, Y, Y, N, N]])
-    out = attn(x, key_mask=key_mask)
+    with kernels.use(mode):
+        out = attn(x, key_mask=key_mask)
     torch.testing.assert_close(out, reference_attention(attn, x, key_mask, True, None))
 
 
@@ -261,23 +194,6 @@ def test_residual_dropout_only_in_training() -> None:
     torch.testing.assert_close(res(x, f), res(x, f))
     res.train()
     assert not torch.allclose(res(x, f), res(x, f))
-
-
-def test_linear_decoding_path_matches_f_linear_and_follows_weight_updates() -> None:
-    """Without autograd, Linear may run on oneDNN with a cached packed weight: same results as
-    F.linear, also after an in-place update of the weight (an optimizer step), and training
-    still gets gradients."""
-    torch.manual_seed(0)
-    layer, x = Linear(16, 8), torch.randn(3, 2, 16)
-    with torch.inference_mode():
-        got = layer(x, relu=True)
-    torch.testing.assert_close(got, F.relu(F.linear(x, layer.weight, layer.bias)))
-    with torch.no_grad():
-        layer.weight.mul_(-2.0)
-        got = layer(x)
-    torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias))
-    layer(x).square().sum().backward()
-    assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
 
 
 # --------------------------------------------------------------------------- layers and caches
@@ -389,40 +305,3 @@ def test_feed_forward_is_position_wise() -> None:
     ffn_one = torch.cat([layer.ffn(x[:, i : i + 1]) for i in range(4)], dim=1)
     torch.testing.assert_close(ffn_all, ffn_one)
     torch.testing.assert_close(ffn_all, layer.ffn.down(F.relu(layer.ffn.up(x))))
-
-
-@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
-def test_cpu_dropout_zeroes_a_share_p_and_keeps_the_mean(p: float) -> None:
-    torch.manual_seed(0)
-    x = torch.ones(401, 499, requires_grad=True)  # an odd size: not a whole number of draws
-    out = dropout(x, p, training=True)
-    zero = out.eq(0).float()
-    assert abs(zero.mean().item() - p) < 0.005
-    for share in (zero[:, ::4], zero[:, 1::4], zero[::7, 3::4]):  # each 16 bits of a draw
-        assert abs(share.mean().item() - p) < 0.01
-    kept = 1 / (1 - round(p * 65536) / 65536)  # p rounded to a multiple of 1/65536
-    assert abs(kept - 1 / (1 - p)) < 1e-4
-    torch.testing.assert_close(out[out.ne(0)], torch.full_like(out[out.ne(0)], kept))
-    out.sum().backward()
-    torch.testing.assert_close(x.grad, out.detach())  # the gradient is the same scaled mask
-
-
-def test_cpu_dropout_keeps_bf16() -> None:
-    torch.manual_seed(0)
-    out = dropout(torch.ones(64, 33, dtype=torch.bfloat16), 0.25, training=True)
-    assert out.dtype == torch.bfloat16 and abs(out.eq(0).float().mean().item() - 0.25) < 0.05
-
-
-def test_dropout_is_identity_when_off_and_zero_at_p_1() -> None:
-    x = torch.randn(5, 6)
-    assert dropout(x, 0.3, training=False) is x
-    assert dropout(x, 0.0, training=True) is x
-    assert dropout(x, 1.0, training=True).eq(0).all()
-
-
-def test_cpu_dropout_follows_the_torch_seed() -> None:
-    x = torch.randn(50, 40)
-    torch.manual_seed(5)
-    a = dropout(x, 0.5, training=True)
-    torch.manual_seed(5)
-    torch.testing.assert_close(dropout(x, 0.5, training=True), a)

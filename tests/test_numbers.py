@@ -1,23 +1,25 @@
-"""Tests for seq2seq.numbers, the embedded English->German number data set."""
+"""Tests for scripts/make_numbers_data.py, the generator of the embedded English->German number
+data set (a script, not part of the package: num2words is a dev dependency)."""
 
 from __future__ import annotations
 
 import gzip
+import importlib.util
 from pathlib import Path
 
 import pytest
 
 from seq2seq.data import find_split_file, read_parallel
-from seq2seq.numbers import (
-    SEPARATOR,
-    SPLITS,
-    english,
-    german,
-    number_pairs,
-    write_dataset,
-)
 
 REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location(
+    "make_numbers_data", REPO / "scripts" / "make_numbers_data.py"
+)
+gen = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(gen)  # type: ignore[union-attr]
+SEPARATOR, SPLITS, english, german = gen.SEPARATOR, gen.SPLITS, gen.english, gen.german
+number_pairs, write_dataset = gen.number_pairs, gen.write_dataset
+
 COMMITTED = REPO / "data" / "numbers"
 SPLIT_NAMES = [name for name, *_ in SPLITS]
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import seq2seq.trainer
+from seq2seq.build import build_trainer
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import Precision
 from seq2seq.precision import CANDIDATES, device_default, faster, time_precisions
@@ -27,7 +28,7 @@ def auto_trainer(tmp_path: Path, precision: str = "auto") -> Trainer:
     args = tiny_overrides(data, tmp_path.parent / "cache", "trainer.max_steps=3",
                           "trainer.valid_every=1000", "trainer.keep_last=0")  # fmt: skip
     cfg = compose_train([*args, f"trainer.precision={precision}"])
-    return Trainer(cfg, run_dir)
+    return build_trainer(cfg, run_dir)
 
 
 def test_auto_times_both_precisions_and_logs_the_choice(
@@ -77,7 +78,7 @@ def test_a_resumed_run_keeps_its_choice(tmp_path: Path, monkeypatch: pytest.Monk
         raise AssertionError("a resumed run must not time the precisions again")
 
     monkeypatch.setattr(Trainer, "time_precisions", no_timing)
-    resumed = Trainer(trainer.cfg, trainer.run_dir, (path, ckpt))
+    resumed = build_trainer(trainer.cfg, trainer.run_dir, (path, ckpt))
     resumed.close()
     assert resumed.precision == Precision.bf16
 

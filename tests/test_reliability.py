@@ -25,7 +25,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import seq2seq.rundir
 import seq2seq.translate
-from seq2seq.build import load_corpus, load_for_inference
+from seq2seq.build import build_trainer, load_for_inference
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seq2seq.config import (
     SearchKind,
@@ -34,10 +34,13 @@ from seq2seq.config import (
     TranslateConfig,
     check_config,
 )
+from seq2seq.corpus import load_corpus
 from seq2seq.data import DataError
-from seq2seq.rundir import LOG_NAME, RunDirError, read_step_log
+from seq2seq.rundir import RunDirError
+from seq2seq.steplog import LOG_NAME, read_step_log
 from seq2seq.tokenizer import UNK_ID, build_vocab
-from seq2seq.train import NonFiniteLossError, Trainer, train
+from seq2seq.train import train
+from seq2seq.trainer import NonFiniteLossError, Trainer
 from tests.tiny_run import REPO, child_env, compose_train, tiny_overrides, write_slice
 
 _spec = importlib.util.spec_from_file_location("average_checkpoints", REPO / "scripts" /
@@ -164,7 +167,7 @@ def test_nonfinite_loss_skips_the_step(
 ) -> None:  # fmt: skip
     poison(monkeypatch, {3, 7}, value)
     cfg = compose_train(overrides(root))
-    trainer = Trainer(cfg, tmp_path)
+    trainer = build_trainer(cfg, tmp_path)
     trainer.fit()
     trainer.close()
     s = trainer.state

@@ -25,7 +25,13 @@ import pytest
 import torch
 
 import seq2seq.trainer
-from seq2seq.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from seq2seq.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    restore_rng,
+    rng_state,
+    save_checkpoint,
+)
 from seq2seq.config import TrainConfig
 from seq2seq.interrupt import StopSignals, TrainingInterrupted
 from seq2seq.resume import (
@@ -34,12 +40,12 @@ from seq2seq.resume import (
     config_changes,
     merge_overrides,
     record_overrides,
-    restore_rng,
-    rng_state,
     saved_overrides,
 )
-from seq2seq.rundir import LOG_NAME, RunDirError, read_step_log
-from seq2seq.train import Trainer, train
+from seq2seq.rundir import RunDirError
+from seq2seq.steplog import LOG_NAME, read_step_log
+from seq2seq.train import train
+from seq2seq.trainer import Trainer
 from tests.tiny_run import (
     REPO,
     assert_same_weights,
@@ -144,7 +150,7 @@ def test_sigkill_then_resume_is_exact(straight: Straight, tmp_path: Path) -> Non
     assert max(r["step"] for r in read_step_log(run_dir / LOG_NAME)) == 10  # to be dropped
     # make resume RUN=<dir>: the run's own overrides, read back from <dir>/.hydra
     done = subprocess.run(
-        [sys.executable, "-m", "seq2seq.resume", str(run_dir)],
+        [sys.executable, "-m", "seq2seq.resume_cli", str(run_dir)],
         cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
         timeout=600, check=False,
     )  # fmt: skip

@@ -19,18 +19,21 @@ from omegaconf import OmegaConf
 
 import seq2seq.evaluate
 import seq2seq.translate
-from seq2seq.build import config_from_dict, read_split, resolve_path
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import (
     EvaluateConfig,
     SearchKind,
     TrainConfig,
     TranslateConfig,
+    config_from_dict,
     register_configs,
+    resolve_path,
 )
+from seq2seq.corpus import read_split
 from seq2seq.data import DataError
+from seq2seq.loss import label_smoothed_nll
 from seq2seq.tokenizer import PAD_ID
-from seq2seq.train import label_smoothed_nll, train
+from seq2seq.train import train
 from tests.tiny_run import compose_train, write_slice
 
 REPO = Path(__file__).resolve().parents[1]

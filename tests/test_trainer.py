@@ -10,10 +10,11 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from seq2seq import onednn
+from seq2seq.build import build_trainer
 from seq2seq.data import collate
 from seq2seq.flops import FlopCounter, Throughput, cpu_peak_tflops, peak_tflops
-from seq2seq.metrics import label_smoothed_nll
+from seq2seq.kernels import onednn
+from seq2seq.loss import label_smoothed_nll
 from seq2seq.trainer import Trainer
 from tests.conftest import MakeModel
 from tests.tiny_run import compose_train, tiny_overrides, write_slice
@@ -27,7 +28,7 @@ def tiny_trainer(tmp_path: Path, *extra: str) -> Trainer:
     run_dir.mkdir(exist_ok=True)
     args = tiny_overrides(data, tmp_path / "cache", "trainer.max_steps=3", "model.dropout=0.0",
                           "trainer.valid_every=1000", "trainer.keep_last=0", *extra)  # fmt: skip
-    return Trainer(compose_train(args), run_dir)
+    return build_trainer(compose_train(args), run_dir)
 
 
 def train_records(trainer: Trainer) -> list[dict[str, float]]:
@@ -204,3 +205,33 @@ def test_positional_heatmaps_reach_tensorboard(tmp_path: Path, kind: str, has_im
         image = events.Images(tag)[-1]
         assert image.width > 1 and image.height > 1
     trainer.close()
+
+
+def test_a_trainer_from_objects_reads_no_corpus(tmp_path: Path) -> None:
+    """The Trainer takes objects (a model, its optimizer and schedule, encoded splits and their
+    tokenizers) and trains on them: data.root and tokenizer.cache_dir name no folder, and the
+    run directory gets only its logs."""
+    from seq2seq.build import build_model, build_optimizer
+    from seq2seq.corpus import encode_split
+    from seq2seq.tokenizer import build_vocab
+
+    absent = tmp_path / "absent"
+    cfg = compose_train(tiny_overrides(absent, absent, "trainer.valid_every=1000"))
+    pairs = [(f"{n} apples", f"{n} Äpfel") for n in range(40)]
+    tok = build_vocab("char", [text for pair in pairs for text in pair], vocab_size=64)
+    splits = {name: encode_split(name, pairs, tok, tok) for name in ("train", "valid", "test")}
+    model = build_model(cfg, tok.vocab_size, tok.vocab_size)
+    optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    trainer = Trainer(cfg, model, optimizer, scheduler, splits, (tok, tok), run_dir)
+    train = splits["train"]
+    batch = collate(trainer.epoch_batches(0)[0], train.src_ids, train.tgt_ids)
+    stats = trainer.train_step([batch])
+    trainer.close()
+    assert stats is not None and stats["tokens"] == batch.tgt_tokens
+    assert trainer.state.step == 1
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert not absent.exists()
+    assert sorted(p.name for p in run_dir.iterdir()) == ["tb", "train_log.jsonl"]

@@ -80,8 +80,9 @@ CHILD = """
 import os, signal, sys, time
 from pathlib import Path
 import seq2seq.train as train
+import seq2seq.trainer as trainer
 pause_at, action = int(os.environ["TEST_PAUSE_AT"]), os.environ["TEST_ACTION"]
-original = train.Trainer.train_step
+original = trainer.Trainer.train_step
 def train_step(self, group):
     if self.state.step == pause_at and not getattr(self, "_paused", False):
         self._paused = True
@@ -91,7 +92,7 @@ def train_step(self, group):
         else:
             os.kill(os.getpid(), getattr(signal, action))
     return original(self, group)
-train.Trainer.train_step = train_step
+trainer.Trainer.train_step = train_step
 sys.argv = ["seq2seq-train", *sys.argv[1:]]
 train.cli()
 """

@@ -1,16 +1,13 @@
-"""seq2seq.onednn: float32 products on oneDNN equal torch's, forward and backward."""
+"""seq2seq.kernels.onednn: float32 products on oneDNN equal torch's, forward and backward; the
+packed weights of decoding follow every change of a weight."""
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq import onednn
+from seq2seq.kernels import onednn
 from seq2seq.layers import Linear
 
 pytestmark = pytest.mark.skipif(not onednn.ENABLED, reason="this torch build has no oneDNN ops")
@@ -104,16 +101,45 @@ def test_layers_linear_trains_on_onednn_in_float32_only(monkeypatch: pytest.Monk
     assert type(layer(x).grad_fn).__name__ == "AddmmBackward0"
 
 
-def test_importing_caps_onednn_caches_unless_the_user_set_them() -> None:
-    """A fresh interpreter: seq2seq.layers sets both cache capacities; a value exported before
-    is kept."""
-    code = (
-        "import os, seq2seq.layers; "
-        "print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], os.environ['LRU_CACHE_CAPACITY'])"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.endswith("CACHE_CAPACITY")}
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert run.stdout.split() == [str(onednn.CACHE_CAPACITY)] * 2, run.stderr
-    env["LRU_CACHE_CAPACITY"] = "7"
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert run.stdout.split() == [str(onednn.CACHE_CAPACITY), "7"], run.stderr
+def test_linear_decoding_path_matches_f_linear_and_follows_weight_updates() -> None:
+    """Without autograd, Linear may run on oneDNN with a cached packed weight: same results as
+    F.linear, also after an in-place update of the weight (its version moves), and training
+    still gets gradients."""
+    torch.manual_seed(0)
+    layer, x = Linear(16, 8), torch.randn(3, 2, 16)
+    with torch.inference_mode():
+        got = layer(x, relu=True)
+    torch.testing.assert_close(got, F.relu(F.linear(x, layer.weight, layer.bias)))
+    with torch.no_grad():
+        layer.weight.mul_(-2.0)
+        got = layer(x)
+    torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias))
+    layer(x).square().sum().backward()
+    assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
+
+
+class _SilentStep(torch.optim.Optimizer):
+    """Writes its parameters without bumping their versions, as fused AdamW's kernel does."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        super().__init__(params, {})
+
+    @torch.no_grad()
+    def step(self, closure: object = None) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.data.mul_(-1.0)  # .data: a view with its own version counter
+
+
+def test_any_optimizer_step_drops_the_packed_weights_it_stepped() -> None:
+    """A packed copy outlives no optimizer step, even one that leaves the weight's version as
+    it was; weights the step did not touch keep theirs."""
+    layer, other, x = Linear(16, 8), Linear(16, 8), torch.randn(3, 16)
+    with torch.no_grad():
+        layer(x), other(x)
+        assert layer.weight in onednn._PACKED and other.weight in onednn._PACKED
+        version = layer.weight._version
+        _SilentStep([layer.weight]).step()
+        assert layer.weight._version == version  # the version alone would not tell
+        assert layer.weight not in onednn._PACKED and other.weight in onednn._PACKED
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))

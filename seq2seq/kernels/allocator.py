@@ -3,10 +3,11 @@
 A CPU training step allocates and frees the same large buffers (activations, logits chunks,
 gradients) again and again. By default glibc serves blocks over a sliding threshold (from
 128 KiB) with mmap and trims the top of the heap above 128 KiB of free space, so every such
-block comes back from the kernel as fresh pages and is faulted in and zeroed once more: a
-quarter of the time of the fused output layer and loss (loss.linear_label_smoothed_nll)
-went to that. Raising both thresholds keeps those blocks in the heap for reuse; the cost is
-that memory freed after the peak is not handed back to the system while the process lives.
+block comes back from the kernel as fresh pages and is faulted in and zeroed once more, most
+of all in the fused output layer and loss (seq2seq/kernels/loss.py). Raising both thresholds
+keeps those blocks in the heap for reuse; the cost is that memory freed after the peak is not
+handed back to the system while the process lives. seq2seq.kernels.setup_process calls it for
+CPU training.
 """
 
 from __future__ import annotations

@@ -1,22 +1,24 @@
 """float32 matrix products on oneDNN, for linear layers and the loss on a CPU.
 
 PyTorch's float32 CPU matmuls (F.linear, torch.mm) call MKL's SGEMM, and on AMD CPUs MKL takes
-a code path far below the hardware: on the 2-thread AMD EPYC (AVX-512) of docs/BENCHMARKS.md it
-runs the training step's shapes at 170-199 GFLOP/s, where oneDNN's JIT kernels run the same
-products at 300-470 (M 256-3,900 rows, K and N 256-8,000). bfloat16 matmuls already go to
-oneDNN. Here float32 ones go there too, through `mkldnn::_linear_pointwise`, the op that
-torch.compile emits for CPU linear layers: forward, both gradients, and the fused loss.
+a code path far below the hardware, where oneDNN's JIT kernels run the same products near the
+peak (docs/BENCHMARKS.md, "Kernel notes"). bfloat16 matmuls already go to oneDNN. Here float32
+ones go there too, through `mkldnn::_linear_pointwise`, the op that torch.compile emits for CPU
+linear layers: forward, both gradients, and the fused loss.
 
 Set ENABLED to False to keep F.linear and torch.mm everywhere.
 
 oneDNN caches what it builds for each new shape: its primitive cache and ideep's LRU cache hold
-1,024 entries each by default, and every batch brings new shapes (its token count). So memory
-grew as training went on: on benchmarks/train_throughput.py's batches to 2.4 GB after 90 bf16
-steps and 3.2 GB after 120 fp32 steps (4.5-6.3 GB over docs/RESULTS.md's bf16 runs), against
-~1.0-1.3 GB flat with 16 entries each, at the same speed (a step's products share few
-shapes). Importing this module sets both capacities to CACHE_CAPACITY unless they are set
-already; oneDNN reads them when it first runs, so that must happen before the process's first
-oneDNN product (importing seq2seq.layers or seq2seq.model does it).
+1,024 entries each by default, and every batch brings new shapes (its token count), so memory
+grew as training went on, while a step's products share few shapes. `cap_caches` (called by
+seq2seq.kernels.setup_process at start-up, never on import) sets both capacities to
+CACHE_CAPACITY unless they are set already; oneDNN reads them when it first runs, so that must
+happen before the process's first oneDNN product.
+
+Decoding multiplies by weights kept in oneDNN's blocked layout (`_packed`), made again when a
+weight changes: a load or an in-place write bumps its version, and any optimizer's step, which
+may write without bumping it (fused AdamW does), drops the stepped weights' packed copies
+(`_forget_stepped`, a global optimizer hook installed when the first weight is packed).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
 CACHE_CAPACITY = 16  # oneDNN primitives and ideep computations cached, each (see above)
-for _variable in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
-    os.environ.setdefault(_variable, str(CACHE_CAPACITY))
+CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 
 ENABLED = torch.backends.mkldnn.is_available() and all(
     hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight")
@@ -38,6 +41,14 @@ ENABLED = torch.backends.mkldnn.is_available() and all(
 _ACTIVATION = {False: "none", True: "relu"}  # fused after the matmul
 # weight -> ((data pointer, version), its copy in oneDNN's blocked layout)
 _PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_STEP_HOOK: list[RemovableHandle] = []  # the optimizer hook, once installed
+
+
+def cap_caches() -> None:
+    """Cap oneDNN's two shape caches at CACHE_CAPACITY entries each, unless the user exported
+    the variables (see the module docstring)."""
+    for variable in CACHE_VARIABLES:
+        os.environ.setdefault(variable, str(CACHE_CAPACITY))
 
 
 def _autocast_cpu() -> bool:
@@ -70,8 +81,8 @@ def matmul_t(a: Tensor, b: Tensor) -> Tensor:
 
 def weight_grad(grad: Tensor, x: Tensor) -> Tensor:
     """grad.T @ x (N, K) for grad (M, N) and x (M, K): a linear layer's weight gradient, summed
-    over M rows. oneDNN runs it ~1.3x faster with the smaller of N and K as the output's rows
-    (measured at M 512-3,900), so for N > K it computes x.T @ grad and returns its transpose."""
+    over M rows. oneDNN runs it faster with the smaller of N and K as the output's rows, so for
+    N > K it computes x.T @ grad and returns its transpose."""
     if not usable(grad, x):
         return grad.T @ x
     if grad.size(1) <= x.size(1):
@@ -81,28 +92,39 @@ def weight_grad(grad: Tensor, x: Tensor) -> Tensor:
 
 def pack(weight: Tensor) -> Tensor:
     """`weight` (N, K) reordered into oneDNN's blocked layout, for `matmul_t` and `_linear`:
-    the products then run 1.1-1.4x faster (M 256-3,900, K 256-1,024, N 256-8,000). Counting
-    the reorder (~0.1-0.5 ms in a training step), it pays only when N > K: 1.07-1.17x at
-    M 3,900, K 256, N 512-1,024, and ~1.0x at N <= K."""
+    the products then run faster. Counting the reorder, packing a weight for one training step
+    pays only when N > K."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
 
 
 def weight_grad_zeros(n: int, k: int, operand: Tensor) -> Tensor:
     """Float32 zeros (N, K) laid out as `weight_grad` returns gradients of `operand`'s dtype and
-    device (transposed when N > K), so that summing those into it runs in memory order (~1.2x
-    faster)."""
+    device (transposed when N > K), so that summing those into it runs in memory order."""
     if n > k and usable(operand):
         return torch.zeros(k, n, device=operand.device).T  # (N, K)
     return torch.zeros(n, k, device=operand.device)  # (N, K)
 
 
+def _forget_stepped(optimizer: torch.optim.Optimizer, *_: Any) -> None:
+    """After any optimizer's step: drop the packed copies of the weights it stepped, which it
+    may have written without bumping their versions (fused AdamW does)."""
+    if len(_PACKED) == 0:
+        return
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            _PACKED.pop(param, None)
+
+
 def _packed(weight: Tensor) -> Tensor:
-    """`weight` reordered into oneDNN's blocked layout once, and again whenever it changes (an
-    optimizer step or a load bumps its version); faster than the plain layout (up to 1.5x on a
-    decoding step, whose weights are no longer in cache)."""
+    """`weight` reordered into oneDNN's blocked layout once, and again whenever it changes (a
+    load or an in-place write bumps its version; an optimizer step drops the copy): faster than
+    the plain layout when decoding, whose weights are no longer in cache."""
     key = (weight.data_ptr(), weight._version)
     hit = _PACKED.get(weight)
     if hit is None or hit[0] != key:
+        if not _STEP_HOOK:  # from now on, every optimizer's step is seen
+            hook = register_optimizer_step_post_hook(_forget_stepped)
+            _STEP_HOOK.append(hook)
         hit = (key, pack(weight))
         _PACKED[weight] = hit
     return hit[1]

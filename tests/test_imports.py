@@ -1,0 +1,195 @@
+"""The import graph of seq2seq/: every `seq2seq.*` import of every module (sub-packages included,
+deferred imports inside functions and TYPE_CHECKING blocks too) goes to a module of the same or a
+lower layer, and the graph has no cycle. The layers are the list in docs/DESIGN.md, which the
+tests read; `python -m tests.test_imports` prints the graph as DESIGN.md draws it."""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "seq2seq"
+DESIGN = REPO / "docs" / "DESIGN.md"
+# the fenced block after this line of DESIGN.md lists the layers, lowest first
+MARKER = "<!-- layers: checked by tests/test_imports.py -->"
+LAYER_LINE = re.compile(r"^(\d+) ([a-z ]+): (.+)$")
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name)."""
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The seq2seq modules that `name` imports anywhere in its file. `from a import b` counts
+    as importing a.b when that is a module; importing a.b also runs package a's __init__, which
+    counts too unless `name` is inside package a (then a is already being imported)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, up level - 1 packages
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                         for a in node.names)  # fmt: skip
+    targets = {m for m in found if m == "seq2seq" or m.startswith("seq2seq.")}
+    parents = {p for m in targets for p in packages_of(m) if not f"{name}.".startswith(f"{p}.")}
+    return (targets | parents) - {name}
+
+
+def packages_of(module: str) -> list[str]:
+    """The sub-packages above `module` whose __init__ importing it runs ("seq2seq.a.b" ->
+    ["seq2seq.a"]); the root package's __init__ is empty and left out."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts))]
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = module_files()
+    return {name: imported(name, path, modules) for name, path in modules.items()}
+
+
+def documented_layers() -> list[tuple[str, list[str]]]:
+    """(layer name, module names) from DESIGN.md's block, lowest layer first."""
+    text = DESIGN.read_text(encoding="utf-8")
+    assert MARKER in text, f"{DESIGN} has no {MARKER!r} line before its list of layers"
+    block = text.split(MARKER, 1)[1].split("```", 2)[1]
+    layers = []
+    for line in block.splitlines()[1:]:  # the first line is the fence's language
+        match = LAYER_LINE.match(line.strip())
+        assert match, f"{DESIGN}: {line!r} is not `N name: module module ...`"
+        assert int(match.group(1)) == len(layers) + 1, f"{DESIGN}: layers out of order at {line!r}"
+        layers.append((match.group(2), match.group(3).split()))
+    return layers
+
+
+def layer_of(module: str, layers: list[tuple[str, list[str]]]) -> int:
+    """The index of `module`'s layer; a sub-package's modules are in the package's layer."""
+    short = module.removeprefix("seq2seq.")
+    for index, (_, names) in enumerate(layers):
+        if any(short == n or short.startswith(f"{n}.") for n in names):
+            return index
+    raise AssertionError(f"{module} is in no layer: add it to the list of layers in docs/DESIGN.md")
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as a path that ends where it starts, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:  # on the current path: back to it is a cycle
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt, [*path, nxt])):
+                return cycle
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start, [start])):
+            return cycle
+    return None
+
+
+def test_the_root_package_imports_nothing_of_its_own() -> None:
+    assert import_graph()["seq2seq"] == set()
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_a_cycle_is_found() -> None:
+    assert find_cycle({"x": {"a"}, "a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"x": {"a", "b"}, "a": {"b"}, "b": set()}) is None
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    layers = documented_layers()
+    graph = import_graph()
+    upward = [
+        f"{m} (layer {layers[layer_of(m, layers)][0]}) imports {t} "
+        f"(layer {layers[layer_of(t, layers)][0]})"
+        for m, targets in sorted(graph.items()) if m != "seq2seq"
+        for t in sorted(targets) if layer_of(t, layers) > layer_of(m, layers)
+    ]  # fmt: skip
+    assert not upward, "\n".join(upward)
+
+
+def test_every_module_has_one_layer() -> None:
+    layers = documented_layers()
+    for module in module_files():
+        if module != "seq2seq":
+            layer_of(module, layers)  # raises for a module in no layer
+
+
+def test_every_documented_module_exists() -> None:
+    modules = {m.removeprefix("seq2seq.") for m in module_files()}
+    listed = [n for _, names in documented_layers() for n in names]
+    assert len(listed) == len(set(listed)), f"a module is listed twice in {DESIGN}"
+    assert not set(listed) - modules, f"{DESIGN} lists modules that do not exist"
+
+
+def test_the_package_needs_no_dev_dependency() -> None:
+    """num2words (the dev extra) generates data/numbers/ in scripts/; the package never needs it."""
+    for path in module_files().values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            assert not any(n.split(".")[0] == "num2words" for n in names), path
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "expected"),
+    [
+        ("seq2seq.fake", "from seq2seq.kernels import onednn",
+         {"seq2seq.kernels.onednn", "seq2seq.kernels"}),
+        ("seq2seq.kernels.fake", "from seq2seq.kernels import onednn", {"seq2seq.kernels.onednn"}),
+        ("seq2seq.fake", "def f():\n    from seq2seq import build", {"seq2seq.build"}),
+        ("seq2seq.fake", "import seq2seq.trainer as t\nimport torch", {"seq2seq.trainer"}),
+        ("seq2seq.kernels.fake", "from . import onednn", {"seq2seq.kernels.onednn"}),
+        ("seq2seq.fake", "from .config import Precision", {"seq2seq.config"}),
+    ],
+    ids=["submodule", "inside-its-package", "deferred", "import-as", "relative", "relative-from"],
+)  # fmt: skip
+def test_imports_are_found_however_written(
+    tmp_path: Path, name: str, source: str, expected: set[str]
+) -> None:
+    """The collector itself, on a fake module `name`: importing a submodule runs its package's
+    __init__ (an import of the package too, unless the importer is inside it)."""
+    path = tmp_path / "fake.py"
+    path.write_text(source, encoding="utf-8")
+    assert imported(name, path, module_files()) == expected
+
+
+def main() -> None:
+    """Print each module's seq2seq imports, by layer, lowest first (as DESIGN.md draws them)."""
+    layers, graph = documented_layers(), import_graph()
+    for index, (layer, _) in enumerate(layers):
+        print(f"{index + 1} {layer}")
+        for module in sorted(m for m in graph if m != "seq2seq" and layer_of(m, layers) == index):
+            targets = ", ".join(sorted(t.removeprefix("seq2seq.") for t in graph[module]))
+            line = f"{module.removeprefix('seq2seq.')} -> {targets or '(nothing)'}"
+            print(textwrap.fill(line, 96, initial_indent="  ", subsequent_indent="      "))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""seq2seq.kernels.cpu: attention on matmuls where SDPA's CPU kernel is slower (same results as
+SDPA, gradients included), padded keys, and dropout masks from 16 random bits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2seq.kernels import cpu, reference
+from seq2seq.kernels.cpu import FAST_SOFTMAX_LEN, MATMUL_MAX_KEYS, _pad_keys, dropout
+
+Y, N = True, False
+
+
+def no_sdpa(*args: object, **kwargs: object) -> None:
+    raise AssertionError("SDPA called where the CPU kernels take matmuls")
+
+
+def qkv(length: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+    """q, k, v (2, 4, length, 8) that need gradients, and a key mask (2, length)."""
+    gen = torch.Generator().manual_seed(length)
+    q, k, v = (torch.randn(2, 4, length, 8, generator=gen, dtype=dtype) for _ in range(3))
+    key_mask = torch.ones(2, length, dtype=torch.bool)
+    key_mask[1, length - 3 :] = False
+    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), key_mask
+
+
+@pytest.mark.parametrize("biased", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
+@pytest.mark.parametrize("length", [7, 16, 19, 40])
+def test_training_attention_matches_sdpa_with_gradients(
+    biased: bool, causal: bool, length: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Training takes matmuls up to MATMUL_MAX_KEYS keys (never SDPA there), keys padded to
+    FAST_SOFTMAX_LEN when there are fewer, and SDPA beyond: outputs and the gradients of q, k,
+    v and the bias equal reference.attention's (SDPA)."""
+    q, k, v, key_mask = qkv(length)
+    bias = torch.randn(1, 4, length, length).requires_grad_() if biased else None
+    inputs = [t for t in (q, k, v, bias) if t is not None]
+    want = reference.attention(q, k, v, bias, key_mask, causal, 0.0, None)
+    want_grads = torch.autograd.grad(want.square().sum(), inputs)
+    if length <= MATMUL_MAX_KEYS:
+        monkeypatch.setattr(F, "scaled_dot_product_attention", no_sdpa)
+    got = cpu.attention(q, k, v, bias, key_mask, causal, 0.0, None)
+    got_grads = torch.autograd.grad(got.square().sum(), inputs)
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+def test_bf16_attention_takes_matmuls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 (autocast training): matmuls around a float32 softmax, never SDPA, within bf16
+    rounding of float32 SDPA."""
+    q, k, v, key_mask = qkv(40)
+    want = reference.attention(q, k, v, None, key_mask, True, 0.0, None)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", no_sdpa)
+    got = cpu.attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), None, key_mask, True, 0.0, None)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want, rtol=0.05, atol=0.02)
+
+
+@pytest.mark.parametrize(
+    ("q_len", "masked", "matmuls"),
+    [(1, False, True), (1, True, False), (5, True, True), (8, False, True), (9, False, False)],
+)
+def test_decoding_queries_choose_matmuls_or_sdpa(q_len: int, masked: bool, matmuls: bool) -> None:
+    """Without gradients: a few queries per row take matmuls, except a single query under a
+    padding mask; many queries take SDPA. Either way the result is SDPA's."""
+    with torch.no_grad():
+        q, k, v, key_mask = (t.detach() for t in qkv(12))
+        q = q[:, :, :q_len]
+        mask = reference.attention_mask(key_mask if masked else None, False, q_len, 12, q.device)
+        assert cpu._matmul_attention(q, 12, mask) is matmuls
+        want = reference.attention(q, k, v, None, key_mask if masked else None, False, 0.0, None)
+        got = cpu.attention(q, k, v, None, key_mask if masked else None, False, 0.0, None)
+    torch.testing.assert_close(got, want)
+
+
+def test_pad_keys_hides_the_padding() -> None:
+    """Padded keys are zeros the mask hides; the real keys and their mask are unchanged."""
+    k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)
+    mask = torch.tensor([[Y] * 5, [Y, Y, Y, N, N]])[:, None, None, :]
+    pk, pv, bias, pmask = _pad_keys(k, v, None, mask)
+    assert pk.shape == pv.shape == (2, 4, FAST_SOFTMAX_LEN, 8) and bias is None
+    assert torch.equal(pk[:, :, :5], k) and torch.equal(pv[:, :, :5], v)
+    assert not pk[:, :, 5:].any() and not pv[:, :, 5:].any()
+    assert torch.equal(pmask[..., :5], mask) and not pmask[..., 5:].any()
+    _, _, _, unmasked = _pad_keys(k, v, torch.zeros(1, 4, 5, 5), None)
+    assert unmasked[..., :5].all() and not unmasked[..., 5:].any()
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_cpu_dropout_zeroes_a_share_p_and_keeps_the_mean(p: float) -> None:
+    torch.manual_seed(0)
+    x = torch.ones(401, 499, requires_grad=True)  # an odd size: not a whole number of draws
+    out = dropout(x, p, training=True)
+    zero = out.eq(0).float()
+    assert abs(zero.mean().item() - p) < 0.005
+    for share in (zero[:, ::4], zero[:, 1::4], zero[::7, 3::4]):  # each 16 bits of a draw
+        assert abs(share.mean().item() - p) < 0.01
+    kept = 1 / (1 - round(p * 65536) / 65536)  # p rounded to a multiple of 1/65536
+    assert abs(kept - 1 / (1 - p)) < 1e-4
+    torch.testing.assert_close(out[out.ne(0)], torch.full_like(out[out.ne(0)], kept))
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, out.detach())  # the gradient is the same scaled mask
+
+
+def test_cpu_dropout_keeps_bf16() -> None:
+    torch.manual_seed(0)
+    out = dropout(torch.ones(64, 33, dtype=torch.bfloat16), 0.25, training=True)
+    assert out.dtype == torch.bfloat16 and abs(out.eq(0).float().mean().item() - 0.25) < 0.05
+
+
+def test_dropout_is_identity_when_off_and_zero_at_p_1() -> None:
+    x = torch.randn(5, 6)
+    assert dropout(x, 0.3, training=False) is x
+    assert dropout(x, 0.0, training=True) is x
+    assert dropout(x, 1.0, training=True).eq(0).all()
+
+
+def test_cpu_dropout_follows_the_torch_seed() -> None:
+    x = torch.randn(50, 40)
+    torch.manual_seed(5)
+    a = dropout(x, 0.5, training=True)
+    torch.manual_seed(5)
+    torch.testing.assert_close(dropout(x, 0.5, training=True), a)
