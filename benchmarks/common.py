@@ -1,47 +1,68 @@
 """Shared by the benchmark scripts: machine description, medians, JSON results, and the
-section of docs/BENCHMARKS.md that each benchmark owns (between its two marker comments)."""
+section of docs/BENCHMARKS.md that each benchmark owns (between its two marker comments).
+
+torch is imported only inside the functions that need it: decode.py's CTranslate2 worker
+imports this module, and loading torch there brings a second OpenMP runtime into the process,
+which slows CTranslate2 down."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import os
-import platform
 import resource
 import statistics
 import sys
 from pathlib import Path
-
-import torch
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "BENCHMARKS.md"
-# oneDNN's own cache sizes, for the engines we compare against: importing seq2seq.onednn caps
+# oneDNN's own cache sizes, for the engines we compare against: kernels.setup_process() caps
 # ours, and a child process inherits the cap unless its environment sets these back
 ONEDNN_DEFAULT_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024", "LRU_CACHE_CAPACITY": "1024"}
 
 
+def machine_fields() -> dict[str, Any]:
+    """Structured description of this machine (seq2seq.machine: CPU model and vendor, cores,
+    torch version, threads, GPU, Python, date), and `machine`, the same as one line."""
+    from seq2seq.machine import describe, summary
+
+    fields = describe()
+    return {"machine": summary(fields), **fields}
+
+
 def machine() -> str:
-    """CPU model, cores, threads, torch version (and the GPU when there is one)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
-    threads = torch.get_num_threads()
-    python = platform.python_version()
-    torch_version = f"torch {torch.__version__} ({threads} threads)"
-    return f"{cpu}, {os.cpu_count()} cores, {torch_version}{gpu}, Python {python}"
+    """CPU model (vendor), cores, torch version, threads (and the GPU when there is one)."""
+    return str(machine_fields()["machine"])
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MB."""
+    """Peak resident memory of this process, in MB. getrusage's ru_maxrss survives execve, so a
+    worker process would report its parent's peak if larger: read the kernel's VmHWM where
+    there is one."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def multi30k_root(arg: str | None = None) -> Path:
+    """Where the Multi30k files are: --data, else $MULTI30K_ROOT, else ../shared/data/multi30k
+    beside the repository."""
+    return Path(arg or os.environ.get("MULTI30K_ROOT") or ROOT.parent / "shared/data/multi30k")
+
+
+def split_file(root: Path, name: str) -> Path:
+    """root/name or root/name.gz (e.g. name "train.en")."""
+    for candidate in (root / name, root / f"{name}.gz"):
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(f"{root}: no {name}[.gz]; pass --data or set MULTI30K_ROOT")
 
 
 def median(values: list[float]) -> float:
@@ -54,9 +75,10 @@ def command() -> str:
 
 
 def write_json(name: str, payload: dict) -> Path:
-    """benchmarks/results/<name>.json with the machine, date and command added."""
+    """benchmarks/results/<name>.json with the machine (CPU model, vendor, cores, torch version,
+    threads), date and command added."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    payload = {"machine": machine(), "date": dt.date.today().isoformat(), "command": command(),
+    payload = {**machine_fields(), "date": dt.date.today().isoformat(), "command": command(),
                **payload}  # fmt: skip
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
@@ -66,8 +88,8 @@ def write_json(name: str, payload: dict) -> Path:
 def update_doc(name: str, title: str, body: str) -> None:
     """Replace (or append) the section of docs/BENCHMARKS.md owned by benchmark `name`."""
     start, end = f"<!-- bench:{name} start -->", f"<!-- bench:{name} end -->"
-    header = (f"## {title}\n\nCommand: `{command()}`  \nMachine: {machine()}  \n"
-              f"Date: {dt.date.today().isoformat()}\n\n")  # fmt: skip
+    header = (f"## {title}\n\nCommand: `{command()}`  \n"
+              f"Date: {dt.date.today().isoformat()}, machine: {machine()}\n\n")  # fmt: skip
     section = f"{start}\n{header}{body.strip()}\n{end}"
     text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\nWritten by `make bench`.\n"
     if start in text and end in text:

@@ -1,16 +1,24 @@
-"""Decoding speed: ours vs Hugging Face transformers vs CTranslate2 (float32 and int8).
+"""Decoding speed: ours vs Hugging Face transformers (sdpa and eager attention) vs CTranslate2
+(float32 and int8).
 
     python benchmarks/decode.py [--data DIR] [--repeats 3] [--threads 2] [--engines ...]
 
 One model for all: d=256, 3+3 layers, 4 heads, FFN 1024, a joint 8000-piece BPE vocabulary
-(Multi30k train en+de), post-norm, sinusoidal positions, tied embeddings, briefly trained (see
-decode_setup.py), exported to Marian and converted to CTranslate2, so that every engine computes
-the same function. The first 200 sentences of Multi30k test_2016_flickr.en, batches of 32,
-greedy and beam 5, each with the output forced to 32 tokens (EOS masked until then) and at
-natural length (at most 64 tokens). Every (engine, mode) runs in its own process; the repeats
-alternate between engines; medians go to benchmarks/results/decode.json and docs/BENCHMARKS.md.
+(Multi30k train en+de), post-norm, sinusoidal positions, tied embeddings, trained for a few
+minutes (decode_setup.TrainSettings: long enough that it ends its own sentences), exported to
+Marian and converted to CTranslate2, so that every engine computes the same function; the run
+measures how closely (teacher-forced logits of ours and of the Marian export on 32 test
+sentences). The first 200 sentences of Multi30k test_2016_flickr.en, batches of 32, greedy and
+beam 5, each with the output forced to 32 tokens (EOS masked until then) and at natural length
+(at most 64 tokens; the share of outputs that reach that cap is reported, and the run stops with
+an error when ours exceeds 10% in a natural mode: the model would not be ending its sentences).
+Every (engine, mode) runs in its own process; the repeats alternate between engines; in the
+greedy forced mode each engine also times one sentence decoded alone. Medians go to
+benchmarks/results/decode.json and docs/BENCHMARKS.md; our speed ratio is given against every
+engine, and against the faster of HF's two attention implementations.
 
-Internally, `--worker ENGINE MODE INPUTS` runs one engine in one mode and prints JSON.
+Internally, `--worker ENGINE MODE INPUTS` runs one engine in one mode and prints JSON; that path
+imports neither seq2seq nor torch for the CTranslate2 engines (tests/test_benchmarks.py).
 """
 
 from __future__ import annotations
@@ -18,50 +26,38 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from common import ONEDNN_DEFAULT_CACHES
+from common import ONEDNN_DEFAULT_CACHES, multi30k_root, peak_rss_mb
+from decode_engines import ENGINES, LIMIT, MODES, Inputs, runner
 
 HERE = Path(__file__).resolve().parent
-ENGINE_NAMES = ["ours", "hf", "ct2_float32", "ct2_int8"]
+ENGINE_NAMES = list(ENGINES)
+HF_ENGINES = ("hf_sdpa", "hf_eager")
+MAX_CAP_SHARE = 0.10  # natural modes: most of our outputs that may stop at the length cap
 
 
 def worker(engine: str, mode: str, inputs_path: str, profile: bool) -> None:
     """Run one engine in one mode and print its result as one line of JSON."""
-    from decode_engines import ENGINES, MODES, Inputs
-
     inputs = Inputs(**json.loads(Path(inputs_path).read_text()))
     if profile:
         from decode_profile import profile_ours
 
         print(json.dumps(profile_ours(inputs, MODES[mode])))
         return
-    outputs, lengths, seconds = ENGINES[engine](inputs, MODES[mode])
-    print(json.dumps({"seconds": seconds, "tokens": sum(lengths), "outputs": outputs,
-                      "peak_rss_mb": peak_rss_mb()}))  # fmt: skip
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process. getrusage's ru_maxrss survives execve, so a worker
-    would report its parent's peak if larger: read the kernel's VmHWM where there is one."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result = runner(engine)(inputs, MODES[mode])
+    print(json.dumps({**result, "peak_rss_mb": peak_rss_mb()}))
 
 
 def spawn(engine: str, mode: str, inputs_path: Path, threads: int, profile: bool = False) -> dict:
     """One worker process; threads pinned through the environment as well."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
-    if engine != "ours":  # as users run them: oneDNN's default caches (ours: onednn.py)
+    if engine != "ours":  # as users run them: oneDNN's default caches (ours: setup_process)
         env.update(ONEDNN_DEFAULT_CACHES)
     cmd = [sys.executable, __file__, "--worker", engine, mode, str(inputs_path)]
     done = subprocess.run(cmd + (["--profile"] if profile else []), env=env, capture_output=True,
@@ -71,23 +67,42 @@ def spawn(engine: str, mode: str, inputs_path: Path, threads: int, profile: bool
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def prepare_inputs(args: argparse.Namespace) -> Path:
-    """Tokenizer, model, exports (all cached), and the inputs file every worker reads."""
+def prepare_inputs(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
+    """Tokenizer, model, exports (all cached), the inputs file every worker reads, and what the
+    setup measured (parameters, training settings, ours vs the Marian export's logits)."""
+    from dataclasses import asdict
+
     import torch
-    from decode_setup import data_root, prepare, test_sources, vocabulary
+    from decode_setup import (
+        CHECK_SENTENCES,
+        MODEL,
+        TrainSettings,
+        export_check,
+        prepare,
+        test_sources,
+        vocabulary,
+    )
 
     from seq2seq.data import sentence_batches
 
     torch.set_num_threads(args.threads)
-    root, cache = data_root(args.data), Path(args.cache_dir)
-    paths, tok = prepare(root, cache, args.train_steps)
+    settings = TrainSettings(**({} if args.train_steps is None else {"steps": args.train_steps}))
+    root, cache = multi30k_root(args.data), Path(args.cache_dir)
+    paths, tok, model = prepare(root, cache, settings)
     src_ids = test_sources(root, tok, args.sentences)
+    n = min(CHECK_SENTENCES, args.sentences)
+    check = export_check(model, paths["marian"], src_ids[:n], test_sources(root, tok, n, "de"))
+    shape = {
+        k: getattr(MODEL, k) for k in ("d_model", "n_heads", "enc_layers", "dec_layers", "d_ff")
+    }
+    setup = {"model": shape, "vocab": tok.vocab_size, "parameters": model.num_params(),
+             "train": asdict(settings), "logits": check}  # fmt: skip
     inputs = {"src_ids": src_ids, "vocab": vocabulary(tok), "paths": paths,
               "batches": sentence_batches([len(s) for s in src_ids], args.batch),
               "threads": args.threads}  # fmt: skip
     path = cache / "decode_inputs.json"
     path.write_text(json.dumps(inputs))
-    return path
+    return path, setup
 
 
 def measure(args: argparse.Namespace, inputs_path: Path) -> dict[str, dict[str, list[dict]]]:
@@ -110,35 +125,67 @@ def agreement(outputs: list[list[int]], ours: list[list[int]], tokens: int) -> f
     return sum(same) / len(same)
 
 
-def summarize(runs: dict[str, dict[str, list[dict]]], sentences: int) -> dict[str, dict]:
-    """Medians per (mode, engine), agreement with our outputs, and our speed ratios."""
-    from decode_engines import MODES
+def at_cap(outputs: list[list[int]], limit: int) -> float:
+    """Share of outputs that reach the length cap: limit - 1 tokens before any EOS (ours must
+    spend its last step on EOS, the others stop at `limit` tokens without one), the same rule
+    for every engine."""
+    return sum(len(row) >= limit - 1 for row in outputs) / len(outputs)
 
+
+def row(results: list[dict], ours: list[list[int]] | None, limit: int) -> dict[str, Any]:
+    """Medians over the repeats of one (mode, engine); outputs from its first repeat."""
+    seconds = statistics.median(r["seconds"] for r in results)
+    outputs, tokens = results[0]["outputs"], sum(results[0]["lengths"])
+    alone = [r["alone_step_ms"] for r in results if r["alone_step_ms"] is not None]
+    # at the limit ours ends with EOS where the others stop without one: limit - 1 tokens
+    return {
+        "sent_per_s": len(outputs) / seconds, "tokens_per_s": tokens / seconds,
+        "seconds": seconds, "tokens": tokens, "tokens_per_sentence": tokens / len(outputs),
+        "at_cap": at_cap(outputs, limit),
+        "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in results),
+        "same_output_as_ours": agreement(outputs, ours, limit - 1) if ours else None,
+        "same_first_half_as_ours": agreement(outputs, ours, limit // 2) if ours else None,
+        "alone_step_ms": statistics.median(alone) if alone else None,
+        "repeats": [r["seconds"] for r in results],
+    }  # fmt: skip
+
+
+def summarize(runs: dict[str, dict[str, list[dict]]]) -> dict[str, dict]:
+    """Per (mode, engine): medians, length-cap share, agreement with ours, our speed ratio."""
     table: dict[str, dict] = {}
     for mode, engines in runs.items():
-        ours = engines.get("ours", [{}])[0].get("outputs")
-        table[mode] = {}
-        for engine, results in engines.items():
-            seconds = statistics.median(r["seconds"] for r in results)
-            outputs = results[0]["outputs"]
-            # at the limit ours ends with EOS where the others stop without one: limit - 1 tokens
-            limit = MODES[mode].limit
-            same = agreement(outputs, ours, limit - 1) if ours else None
-            half = agreement(outputs, ours, limit // 2) if ours else None
-            table[mode][engine] = {
-                "sent_per_s": sentences / seconds, "tokens_per_s": results[0]["tokens"] / seconds,
-                "seconds": seconds, "tokens": results[0]["tokens"],
-                "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in results),
-                "same_output_as_ours": same, "same_first_half_as_ours": half,
-                "repeats": [r["seconds"] for r in results],
-            }  # fmt: skip
+        ours = engines["ours"][0]["outputs"] if "ours" in engines else None
+        table[mode] = {e: row(results, ours, MODES[mode].limit) for e, results in engines.items()}
         if "ours" in engines:
-            for row in table[mode].values():
-                row["ours_speedup"] = table[mode]["ours"]["sent_per_s"] / row["sent_per_s"]
+            for values in table[mode].values():
+                values["ours_speedup"] = table[mode]["ours"]["sent_per_s"] / values["sent_per_s"]
     return table
 
 
-def main() -> None:
+def versus_faster_hf(table: dict[str, dict]) -> dict[str, dict[str, Any]]:
+    """Per mode: the faster of HF's attention implementations, and our speed ratio to it."""
+    faster = {}
+    for mode, engines in table.items():
+        present = [e for e in HF_ENGINES if e in engines]
+        if present and "ours" in engines:
+            best = max(present, key=lambda e: engines[e]["sent_per_s"])
+            faster[mode] = {"engine": best, "ours_speedup": engines[best]["ours_speedup"]}
+    return faster
+
+
+def check_natural_lengths(table: dict[str, dict]) -> None:
+    """Stop when our model runs into the length cap in a natural mode: it would not be ending
+    its own sentences, and the natural modes would time forced lengths."""
+    for mode, engines in table.items():
+        share = engines.get("ours", {}).get("at_cap", 0.0)
+        if not MODES[mode].forced and share > MAX_CAP_SHARE:
+            raise SystemExit(
+                f"{mode}: {share:.1%} of our outputs reach the {LIMIT}-token cap "
+                f"(more than {MAX_CAP_SHARE:.0%}); train the model longer (--train-steps)"
+            )
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", nargs=3, metavar=("ENGINE", "MODE", "INPUTS"))
     parser.add_argument("--profile", action="store_true", help="worker: profile ours instead")
@@ -149,22 +196,27 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--train-steps", type=int, default=150)
+    parser.add_argument("--train-steps", type=int, default=None,
+                        help="default: decode_setup.TrainSettings.steps")  # fmt: skip
     parser.add_argument("--engines", nargs="+", default=ENGINE_NAMES, choices=ENGINE_NAMES)
-    parser.add_argument("--modes", nargs="+", default=None)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--no-doc", action="store_true", help="print only, write no results")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     if args.worker:
         worker(*args.worker, profile=args.profile)
         return
-    from decode_engines import MODES
     from decode_report import report
 
-    args.modes = args.modes or list(MODES)
-    inputs_path = prepare_inputs(args)
-    table = summarize(measure(args, inputs_path), args.sentences)
+    inputs_path, setup = prepare_inputs(args)
+    table = summarize(measure(args, inputs_path))
+    check_natural_lengths(table)
     profile = spawn("ours", "beam5_forced", inputs_path, args.threads, profile=True)
-    report(args, table, profile, write=not args.no_doc)
+    report(args, {"setup": setup, "results": table, "faster_hf": versus_faster_hf(table),
+                  "profile": profile}, write=not args.no_doc)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,18 +1,22 @@
 """The engines benchmarks/decode.py compares, one per process: ours (seq2seq.search), Hugging Face
-transformers (MarianMTModel.generate) and CTranslate2 (float32, int8).
+transformers (MarianMTModel.generate, with its sdpa and its eager attention) and CTranslate2
+(float32, int8).
 
 Each gets the same length-sorted batches of token ids and the same settings, decodes them all
-once after one warm-up batch, and returns the outputs and the time. This module imports neither
-torch nor ctranslate2 at the top: the CTranslate2 process never loads torch (the two ship
-different OpenMP runtimes, and sharing one process slows CTranslate2 down).
+once after one warm-up batch, and returns the outputs and the time; in the greedy forced mode it
+also times one sentence decoded alone. This module imports neither torch nor ctranslate2 at the
+top: the CTranslate2 process never loads torch (the two ship different OpenMP runtimes, and
+sharing one process slows CTranslate2 down; tests/test_benchmarks.py checks it).
 """
 
 from __future__ import annotations
 
+import functools
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from seq2seq.model import EncoderDecoder
@@ -21,6 +25,7 @@ BEAM = 5
 FORCED = 32  # output tokens in the forced-length modes
 LIMIT = 64  # natural modes: at most this many output tokens, for every engine
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2  # seq2seq.tokenizer's ids (not imported: it loads torch)
+ALONE_REPEATS = 5  # one-sentence decodes timed (median)
 
 
 @dataclass
@@ -53,16 +58,25 @@ class Inputs:
     threads: int
 
 
-Result = tuple[list[list[int]], list[int], float]  # outputs (no EOS), output lengths, seconds
+class Result(TypedDict):
+    outputs: list[list[int]]  # no EOS
+    lengths: list[int]  # output tokens, EOS included where the engine produced one
+    seconds: float  # all batches, after the warm-up
+    alone_step_ms: float | None  # greedy forced only: one sentence alone, ms per decoder step
+
+
+Runner = Callable[["Inputs", Mode], Result]
 
 
 def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list[list[int]]]:
     """Our model and seq2seq.search.translate_ids (length-sorted batches, as the others get)."""
     import torch
 
+    from seq2seq import kernels
     from seq2seq.config import DecodeConfig, LengthPenaltyKind, SearchKind
     from seq2seq.search import translate_ids
 
+    kernels.setup_process()  # as seq2seq.translate runs it: oneDNN's cache caps
     torch.set_num_threads(inputs.threads)
     model = _load_ours(inputs.paths["ours"], len(inputs.vocab) - 1)
     cfg = DecodeConfig(
@@ -84,7 +98,9 @@ def run_ours(inputs: Inputs, mode: Mode) -> Result:
     start = time.perf_counter()
     outputs = decode(inputs.src_ids)
     seconds = time.perf_counter() - start
-    return outputs, [len(t) + 1 for t in outputs], seconds  # every output ends with EOS
+    alone = _alone_step_ms(mode, lambda: decode(inputs.src_ids[:1]))
+    return {"outputs": outputs, "lengths": [len(t) + 1 for t in outputs],  # all end with EOS
+            "seconds": seconds, "alone_step_ms": alone}  # fmt: skip
 
 
 def _load_ours(path: str, vocab: int) -> EncoderDecoder:
@@ -96,14 +112,18 @@ def _load_ours(path: str, vocab: int) -> EncoderDecoder:
     return model.eval()
 
 
-def run_hf(inputs: Inputs, mode: Mode) -> Result:
+def run_hf(inputs: Inputs, mode: Mode, attention: str) -> Result:
+    """MarianMTModel.generate with attention implementation `attention` (sdpa or eager).
+    early_stopping=True: a beam ends once it has K finished hypotheses, as ours and
+    CTranslate2 do (HF's default keeps going while a longer one could still score higher)."""
     import torch
     from transformers import MarianMTModel
     from transformers.utils import logging
 
     logging.set_verbosity_error()
     torch.set_num_threads(inputs.threads)
-    model = MarianMTModel.from_pretrained(inputs.paths["marian"]).eval()
+    path = inputs.paths["marian"]
+    model = MarianMTModel.from_pretrained(path, attn_implementation=attention).eval()
 
     def decode(index: list[int]) -> list[list[int]]:
         rows = [inputs.src_ids[i] + [EOS_ID] for i in index]
@@ -114,12 +134,12 @@ def run_hf(inputs: Inputs, mode: Mode) -> Result:
                 input_ids=ids, attention_mask=ids.ne(PAD_ID), num_beams=mode.beam,
                 do_sample=False, max_new_tokens=mode.limit,
                 min_new_tokens=mode.limit if mode.forced else 0,
-                length_penalty=1.0, early_stopping=False, suppress_tokens=[PAD_ID, BOS_ID],
+                length_penalty=1.0, early_stopping=True, suppress_tokens=[PAD_ID, BOS_ID],
                 decoder_start_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
             )  # fmt: skip
         return [_until_eos(row[1:]) for row in out.tolist()]
 
-    return _timed(inputs, decode)
+    return _timed(inputs, mode, decode)
 
 
 def _until_eos(row: list[int]) -> list[int]:
@@ -145,10 +165,10 @@ def run_ct2(inputs: Inputs, mode: Mode, compute_type: str) -> Result:
         )  # fmt: skip
         return [[index_of[t] for t in r.hypotheses[0]] for r in results]
 
-    return _timed(inputs, decode)
+    return _timed(inputs, mode, decode)
 
 
-def _timed(inputs: Inputs, decode: Callable[[list[int]], list[list[int]]]) -> Result:
+def _timed(inputs: Inputs, mode: Mode, decode: Callable[[list[int]], list[list[int]]]) -> Result:
     """Warm up on the first batch, then decode every batch; outputs back in input order."""
     decode(inputs.batches[0])
     outputs: list[list[int]] = [[] for _ in inputs.src_ids]
@@ -157,13 +177,35 @@ def _timed(inputs: Inputs, decode: Callable[[list[int]], list[list[int]]]) -> Re
         for i, row in zip(index, decode(index), strict=True):
             outputs[i] = row
     seconds = time.perf_counter() - start
-    lengths = [len(row) for row in outputs]
-    return [[t for t in row if t != EOS_ID] for row in outputs], lengths, seconds
+    return {"outputs": [[t for t in row if t != EOS_ID] for row in outputs],
+            "lengths": [len(row) for row in outputs], "seconds": seconds,
+            "alone_step_ms": _alone_step_ms(mode, lambda: decode([0]))}  # fmt: skip
 
 
-ENGINES: dict[str, Callable[[Inputs, Mode], Result]] = {
+def _alone_step_ms(mode: Mode, decode_first: Callable[[], object]) -> float | None:
+    """Greedy forced mode only: the first sentence decoded on its own (FORCED steps, its encoder
+    pass included), median time over ALONE_REPEATS, per step in ms. A batch of one shows a
+    step's fixed cost, which the last steps of natural-length batches (few rows left) pay."""
+    if mode.beam > 1 or not mode.forced:
+        return None
+    times = []
+    for _ in range(ALONE_REPEATS):
+        start = time.perf_counter()
+        decode_first()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times) / FORCED
+
+
+ENGINES: dict[str, Runner] = {
     "ours": run_ours,
-    "hf": run_hf,
-    "ct2_float32": lambda inputs, mode: run_ct2(inputs, mode, "float32"),
-    "ct2_int8": lambda inputs, mode: run_ct2(inputs, mode, "int8"),
+    # HF's two attention implementations: the default (sdpa) is not always the faster
+    "hf_sdpa": functools.partial(run_hf, attention="sdpa"),
+    "hf_eager": functools.partial(run_hf, attention="eager"),
+    "ct2_float32": functools.partial(run_ct2, compute_type="float32"),
+    "ct2_int8": functools.partial(run_ct2, compute_type="int8"),
 }
+
+
+def runner(engine: str) -> Runner:
+    """The function that runs `engine` (loads nothing until called)."""
+    return ENGINES[engine]

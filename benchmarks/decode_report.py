@@ -1,48 +1,100 @@
-"""Results of benchmarks/decode.py: benchmarks/results/decode.json, docs/BENCHMARKS.md."""
+"""Results of benchmarks/decode.py: benchmarks/results/decode.json, docs/BENCHMARKS.md. Every
+number printed comes from the run's own results; the fixed text only says what was done."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from common import update_doc, write_json
-from decode_engines import FORCED, LIMIT
+from decode_engines import ALONE_REPEATS, BEAM, FORCED, LIMIT
 
-LABELS = {"ours": "ours (PyTorch)", "hf": "HF transformers", "ct2_float32": "CTranslate2 float32",
+LABELS = {"ours": "ours (PyTorch)", "hf_sdpa": "HF transformers (sdpa)",
+          "hf_eager": "HF transformers (eager)", "ct2_float32": "CTranslate2 float32",
           "ct2_int8": "CTranslate2 int8"}  # fmt: skip
-NOTES = f"""\
+FLOAT32 = ("hf_sdpa", "hf_eager", "ct2_float32")  # the engines that compute ours in float32
+METHOD = f"""\
 All engines decode the same function: our weights are copied into a Hugging Face Marian model
-(model dimension permuted to Marian's sin/cos layout; teacher-forced logits agree to ~1e-6),
-which CTranslate2 converts. Forced modes: every output is {FORCED} tokens, {FORCED} decoder
-steps (EOS masked until then; ours counts its final EOS as token {FORCED}, HF and
-CTranslate2 stop at {FORCED} tokens without one). Natural modes: each engine's own stopping rule,
-at most {LIMIT} tokens; beam length penalty: average, exponent 1. "same output" is the share
-of sentences whose output equals ours token for token ("same 1st half": their first half).
-Greedy outputs agree; forced beam outputs share their first half but not the final pick, since
-at the limit ours scores the forced EOS (log p(EOS) is charged) where the others stop without
-one. Peak RSS is the whole process (Python, libraries, model). Ratios above 1: ours is faster.
-
-Natural length: a batch ends with a few long outputs, and a step with few rows is all fixed cost:
-measured apart, a one-sentence greedy step takes ~1.1 ms here (~170 PyTorch ops dispatched from
-Python) against ~0.25 ms in CTranslate2's C++ loop, which is most of the natural-length gap."""
+(model dimension permuted to Marian's sin/cos layout), which CTranslate2 converts. Forced modes:
+every output is {FORCED} tokens, {FORCED} decoder steps (EOS masked until then; ours counts its
+final EOS as token {FORCED}, HF and CTranslate2 stop at {FORCED} tokens without one), so every
+output is at the cap there. Natural modes: greedy stops at EOS, beam search once {BEAM} hypotheses
+are finished (HF: early_stopping=True), at most {LIMIT} tokens; beam length penalty: average,
+exponent 1. "at cap": share of outputs with at least {LIMIT} - 1 tokens before any EOS (the
+run fails when ours exceeds 10% in a natural mode). "same output": share of sentences whose
+output equals ours token for token ("same 1st half": their first half); in forced beam modes
+ours charges log p(EOS) at the limit where the others stop without one, which can change the
+final pick. Peak RSS is the whole process (Python, libraries, model). Ratios above 1: ours is
+faster."""
 
 
-def markdown(table: dict[str, dict], profile: dict) -> str:
-    lines = ["| mode | engine | sent/s | tokens/s | peak RSS | same output | same 1st half "
-             "| ours / engine |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for mode, engines in table.items():
+def markdown(result: dict[str, Any]) -> str:
+    head = ("| mode | engine | sent/s | tokens/s | tokens/sent | at cap | peak RSS | same output "
+            "| same 1st half | ours / engine |")  # fmt: skip
+    lines = [head, "|---" * 10 + "|"]
+    for mode, engines in result["results"].items():
         for engine, row in engines.items():
             same, half = row["same_output_as_ours"], row["same_first_half_as_ours"]
             lines.append(
                 f"| {mode} | {LABELS[engine]} | {row['sent_per_s']:.1f} | "
-                f"{row['tokens_per_s']:.0f} | {row['peak_rss_mb']:.0f} MB | {_share(same)} | "
-                f"{_share(half)} | {row.get('ours_speedup', 0):.2f} |"
+                f"{row['tokens_per_s']:.0f} | {row['tokens_per_sentence']:.1f} | "
+                f"{row['at_cap']:.0%} | {row['peak_rss_mb']:.0f} MB | {_share(same)} | "
+                f"{_share(half)} | {_ratio(row.get('ours_speedup'))} |"
             )
+    found = [logits_sentence(result["setup"]["logits"]), agreement_sentence(result["results"]),
+             faster_hf_sentence(result["faster_hf"]), alone_sentence(result["results"]),
+             profile_sentence(result["profile"])]  # fmt: skip
+    return "\n".join(lines) + "\n\n" + METHOD + "\n\n" + "\n\n".join(s for s in found if s)
+
+
+def logits_sentence(check: dict[str, Any]) -> str:
+    diffs = ", ".join(f"{d:.1e} ({name})" for name, d in check["max_abs_logit_diff"].items())
+    return (f"Export check: teacher-forced logits of ours and of the Marian export on the first "
+            f"{check['sentences']} test sentences with their German references "
+            f"({check['positions']} positions): largest absolute difference {diffs}, "
+            f"for logits up to {check['max_abs_logit']:.1f} in absolute value.")  # fmt: skip
+
+
+def agreement_sentence(table: dict[str, dict]) -> str:
+    """Per mode, the range of 'same output' (and 'same 1st half') over the float32 engines."""
+    parts = []
+    for mode, engines in table.items():
+        rows = [engines[e] for e in FLOAT32 if e in engines]
+        if not rows or rows[0]["same_output_as_ours"] is None:
+            continue
+        same = _span([r["same_output_as_ours"] for r in rows])
+        half = _span([r["same_first_half_as_ours"] for r in rows])
+        parts.append(f"{mode} {same} ({half} in the first half)")
+    if not parts:
+        return ""
+    return "Outputs of the float32 engines equal to ours: " + "; ".join(parts) + "."
+
+
+def faster_hf_sentence(faster: dict[str, dict[str, Any]]) -> str:
+    if not faster:
+        return ""
+    parts = [f"{mode} {f['ours_speedup']:.2f}x ({LABELS[f['engine']]})"
+             for mode, f in faster.items()]  # fmt: skip
+    return "Ours over the faster HF attention: " + ", ".join(parts) + "."
+
+
+def alone_sentence(table: dict[str, dict]) -> str:
+    """The one-sentence step times measured in the greedy forced mode."""
+    engines = table.get("greedy_forced", {})
+    parts = [f"{LABELS[e]} {row['alone_step_ms']:.2f} ms" for e, row in engines.items()
+             if row["alone_step_ms"] is not None]  # fmt: skip
+    if not parts:
+        return ""
+    return (f"One sentence decoded alone (greedy, forced to {FORCED} tokens, its encoder pass "
+            f"included, median of {ALONE_REPEATS}), time per decoder step: "
+            + ", ".join(parts) + ".")  # fmt: skip
+
+
+def profile_sentence(profile: dict[str, Any]) -> str:
     shares = ", ".join(f"{name} {share:.0%}" for name, share in profile["share"].items())
-    return (
-        "\n".join(lines) + "\n\n" + NOTES + "\n\n"
-        f"Where our time goes ({profile['mode']}, torch.profiler self time over "
-        f"{profile['profiled_seconds']:.1f} s, profiler overhead included): {shares}."
-    )
+    seconds = profile["profiled_seconds"]
+    return (f"Where our time goes ({profile['mode']}, torch.profiler self time over "
+            f"{seconds:.1f} s, profiler overhead included): {shares}.")  # fmt: skip
 
 
 def versions() -> dict[str, str]:
@@ -61,14 +113,32 @@ def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def report(args: argparse.Namespace, table: dict[str, dict], profile: dict, write: bool) -> None:
-    body = markdown(table, profile)
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _span(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.0%}" if low == high else f"{low:.0%}-{high:.0%}"
+
+
+def model_text(setup: dict[str, Any]) -> str:
+    t, m = setup["train"], setup["model"]
+    precision = "bf16 autocast, float32 weights" if t["bf16"] else "float32"
+    return (f"Model: d={m['d_model']}, {m['enc_layers']}+{m['dec_layers']} layers, "
+            f"{m['n_heads']} heads, FFN {m['d_ff']}, joint BPE vocabulary of {setup['vocab']}, "
+            f"{setup['parameters'] / 1e6:.1f}M parameters, trained {t['steps']} steps of at most "
+            f"{t['max_tokens']} padded tokens ({precision}; AdamW, peak lr {t['lr']:g} after "
+            f"{t['warmup']} warmup steps) so that it ends its own outputs.")  # fmt: skip
+
+
+def report(args: argparse.Namespace, result: dict[str, Any], write: bool) -> None:
+    body = markdown(result)
     print(body)
     if not write:
         return
     payload = {"sentences": args.sentences, "batch": args.batch, "threads": args.threads,
-               "repeats": args.repeats, "train_steps": args.train_steps, "versions": versions(),
-               "results": table, "profile": profile}  # fmt: skip
+               "repeats": args.repeats, "versions": versions(), **result}  # fmt: skip
     write_json("decode", payload)
     update_doc(
         "decode",
@@ -76,7 +146,5 @@ def report(args: argparse.Namespace, table: dict[str, dict], profile: dict, writ
         f"Versions: {', '.join(f'{k} {v}' for k, v in versions().items())}. "
         f"Multi30k test_2016_flickr.en, first {args.sentences} sentences, batches of "
         f"{args.batch}, {args.threads} threads for every engine, each engine in its own process; "
-        f"medians of {args.repeats} alternating repeats. Model: d=256, 3+3 layers, 4 heads, "
-        "FFN 1024, joint BPE vocabulary of 8000, 7.6M parameters, trained "
-        f"{args.train_steps} small steps so that it ends its outputs itself.\n\n" + body,
+        f"medians of {args.repeats} alternating repeats. {model_text(result['setup'])}\n\n" + body,
     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_throughput as tt  # noqa: E402
-from common import ROOT, command, update_doc, write_json  # noqa: E402
+from common import command, multi30k_root, update_doc, write_json  # noqa: E402
 
 from seq2seq.config import Precision  # noqa: E402
 from seq2seq.flops import cpu_peak_tflops  # noqa: E402
@@ -94,7 +93,7 @@ def report(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    default_data = os.environ.get("MULTI30K_ROOT", str(ROOT.parent / "shared/data/multi30k"))
+    default_data = str(multi30k_root())
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=default_data, help="Multi30k folder")
     parser.add_argument("--steps", type=int, default=10, help="profiled steps")

@@ -13,8 +13,8 @@ AdamW with the same warmup + inverse-sqrt schedule, clipping 1.0, on the CPU (fp
 autocast for both). The batches are the first of epoch
 0 from data.token_batches (length-bucketed, --max-tokens padded tokens), collated before timing.
 Each engine runs in its own child process (for its peak RSS); the repeats alternate the order of
-the engines. Marian starts from our model's initial weights (copied: fused key/value projections
-split, our sinusoid table). The premise is checked before any timing is reported: a failed copy
+the engines. Marian starts from our model's initial weights (benchmarks/marian.py, the converter
+decode_setup.py exports with). The premise is checked before any timing is reported: a failed copy
 aborts the run, and so does an eval-mode loss of the first batch at step 0 that differs between
 ours and either Marian by more than LOSS_TOLERANCE.
 Medians go to benchmarks/results/train_throughput.json and docs/BENCHMARKS.md (train_throughput).
@@ -34,13 +34,21 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from common import ONEDNN_DEFAULT_CACHES, ROOT, median, peak_rss_mb, update_doc, write_json
+from common import (
+    ONEDNN_DEFAULT_CACHES,
+    ROOT,
+    median,
+    multi30k_root,
+    peak_rss_mb,
+    update_doc,
+    write_json,
+)
 from hydra import compose, initialize_config_dir
 
 from seq2seq.config import CONFIG_DIR, TrainConfig, register_configs
 from seq2seq.data import Batch, collate
 from seq2seq.loss import label_smoothed_nll
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.tokenizer import PAD_ID
 
 # the premise: first-batch eval-mode losses of ours and Marian at the same initial weights agree
 LOSS_TOLERANCE = 1e-5
@@ -71,58 +79,15 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def marian(cfg: TrainConfig, vocab: int, attention: str) -> torch.nn.Module:
-    """A MarianMTModel of the same size and architecture as our model, with attention
-    implementation `attention` (sdpa, HF's default, or eager)."""
-    from transformers import MarianConfig, MarianMTModel
+    """A MarianMTModel of the same size and architecture as our model, with its dropout rates
+    and attention implementation `attention` (sdpa, HF's default, or eager)."""
+    from marian import marian_config
+    from transformers import MarianMTModel
 
-    m = cfg.model
-    config = MarianConfig(
-        vocab_size=vocab, d_model=m.d_model, encoder_layers=m.enc_layers,
-        decoder_layers=m.dec_layers, encoder_attention_heads=m.n_heads,
-        decoder_attention_heads=m.n_heads, encoder_ffn_dim=m.d_ff, decoder_ffn_dim=m.d_ff,
-        activation_function="relu", dropout=m.dropout, attention_dropout=m.attn_dropout,
-        activation_dropout=m.ffn_dropout, max_position_embeddings=cfg.data.max_len + 2,
-        scale_embedding=True, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
-        decoder_start_token_id=BOS_ID, share_encoder_decoder_embeddings=True,
-    )  # fmt: skip
+    config = marian_config(cfg.model, vocab, extra_row=False,
+                           max_positions=cfg.data.max_len + 2, dropout=True)  # fmt: skip
     config._attn_implementation = attention
-    torch.manual_seed(cfg.trainer.seed)
     return MarianMTModel(config)
-
-
-# our parameter names (after "encoder.N." / "decoder.N.") -> Marian's (within its layer N)
-MARIAN_NAMES = {
-    "self_attn.q_proj": "self_attn.q_proj", "self_attn.out_proj": "self_attn.out_proj",
-    "cross_attn.q_proj": "encoder_attn.q_proj", "cross_attn.out_proj": "encoder_attn.out_proj",
-    "ffn.up": "fc1", "ffn.down": "fc2", "res_attn.norm": "self_attn_layer_norm",
-    "res_self.norm": "self_attn_layer_norm", "res_cross.norm": "encoder_attn_layer_norm",
-    "res_ffn.norm": "final_layer_norm",
-}  # fmt: skip
-
-
-def copy_into_marian(ours: dict[str, torch.Tensor], model: Any, d_model: int) -> None:
-    """Give MarianMTModel our model's weights (post-norm, tied embeddings): fused key/value
-    projections are split, our sinusoid table replaces Marian's. Raises KeyError when our
-    parameter names are not the ones mapped."""
-    from seq2seq.positional import sinusoid_table
-
-    inner = model.model
-    with torch.no_grad():
-        inner.shared.weight.copy_(ours["src_embed.weight"])
-        for name, tensor in ours.items():
-            if not name.startswith(("encoder.", "decoder.")):
-                continue  # embeddings (done above); post-norm has no final norms
-            side, layer, *path, leaf = name.split(".")
-            block, module = inner.get_submodule(f"{side}.layers.{layer}"), ".".join(path)
-            if module.endswith("kv_proj"):  # (2D, D) or (2D,): keys then values
-                attn = "self_attn" if module.startswith("self_attn") else "encoder_attn"
-                key, value = tensor.chunk(2, dim=0)
-                getattr(block.get_submodule(f"{attn}.k_proj"), leaf).copy_(key)
-                getattr(block.get_submodule(f"{attn}.v_proj"), leaf).copy_(value)
-            else:
-                getattr(block.get_submodule(MARIAN_NAMES[module]), leaf).copy_(tensor)
-        for table in (inner.encoder.embed_positions, inner.decoder.embed_positions):
-            table.weight.copy_(sinusoid_table(table.weight.shape[0], d_model))
 
 
 def hf_logits(model: Any, batch: Batch) -> torch.Tensor:
@@ -186,10 +151,12 @@ def engine_step(engine: str, cfg: TrainConfig, vocab: int, run_dir: Path) -> tup
         ours = lambda b: trainer.model(b.src, b.tgt_in)  # noqa: E731
         return (lambda b: trainer.train_step([b])["loss"],  # type: ignore[index]
                 lambda b: eval_loss(ours, trainer.model, b, smoothing))  # fmt: skip
+    from marian import load_into
+
     model = marian(cfg, vocab, HF_ATTENTION[engine]).train()
     torch.manual_seed(cfg.trainer.seed)  # as build_trainer does before building our model
     try:
-        copy_into_marian(build_model(cfg, vocab, vocab).state_dict(), model, cfg.model.d_model)
+        load_into(model, build_model(cfg, vocab, vocab), extra_row=False)
     except (KeyError, AttributeError, RuntimeError) as err:  # no comparison without the premise
         raise SystemExit(f"cannot copy our initial weights into Marian: {err!r}") from err
     optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))
@@ -295,7 +262,7 @@ def report(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    default_data = os.environ.get("MULTI30K_ROOT", str(ROOT.parent / "shared/data/multi30k"))
+    default_data = str(multi30k_root())
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=default_data, help="Multi30k folder")
     parser.add_argument("--repeats", type=int, default=5)

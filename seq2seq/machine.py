@@ -2,7 +2,7 @@
 
 Every speed figure depends on the CPU (bf16 pays on some and not on others; MKL is slow on AMD), so
 results.json and every benchmark JSON carry this. torch is imported only inside `describe`, so a
-process that must not load torch (the CTranslate2 benchmark worker) can import this module.
+process that must not load torch can import this module.
 """
 
 from __future__ import annotations
@@ -10,25 +10,37 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import subprocess
 from pathlib import Path
 
 
-def cpu_info() -> dict[str, str]:
-    """{"cpu_model": ..., "cpu_vendor": ...} from /proc/cpuinfo (lscpu's source), else from
-    the platform module."""
-    found = {"model name": platform.processor() or platform.machine(), "vendor_id": "unknown"}
+def _lscpu() -> dict[str, str]:
+    """lscpu's "Key: value" lines (empty where lscpu is missing or fails)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    pairs = (line.split(":", 1) for line in out.stdout.splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's entries of /proc/cpuinfo (empty off Linux)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        text = ""
-    seen: set[str] = set()
-    for line in text.splitlines():  # the first processor's values
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key in found and key not in seen:
-            found[key] = value.strip()
-            seen.add(key)
-    return {"cpu_model": found["model name"], "cpu_vendor": found["vendor_id"]}
+        return {}
+    pairs = (line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def cpu_info() -> dict[str, str]:
+    """{"cpu_model": ..., "cpu_vendor": ...}: lscpu first, /proc/cpuinfo as the fallback (lscpu
+    also names ARM cores, whose /proc/cpuinfo has no "model name")."""
+    lscpu, info = _lscpu(), _cpuinfo()
+    model = lscpu.get("Model name") or info.get("model name") or platform.processor()
+    vendor = lscpu.get("Vendor ID") or info.get("vendor_id") or ""
+    return {"cpu_model": model or platform.machine(), "cpu_vendor": vendor}
 
 
 def describe() -> dict[str, object]:
@@ -48,7 +60,9 @@ def describe() -> dict[str, object]:
 
 
 def summary(info: dict[str, object]) -> str:
-    """One line: 'AMD EPYC, 2 cores, torch 2.13.0+cpu (2 threads)' (and the GPU)."""
+    """One line: 'AMD EPYC (AuthenticAMD), 2 cores, torch 2.13.0+cpu (2 threads), Python 3.11.7'
+    (and the GPU)."""
+    vendor = f" ({info['cpu_vendor']})" if info.get("cpu_vendor") else ""
     gpu = f", {info['gpu']}" if info.get("gpu") else ""
-    return (f"{info['cpu_model']}, {info['cores']} cores, torch {info['torch']} "
-            f"({info['threads']} threads){gpu}")  # fmt: skip
+    return (f"{info['cpu_model']}{vendor}, {info['cores']} cores, torch {info['torch']} "
+            f"({info['threads']} threads){gpu}, Python {info['python']}")  # fmt: skip
