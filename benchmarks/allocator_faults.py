@@ -46,8 +46,11 @@ def step_faults(tune: bool, threads: int) -> tuple[bool, int]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
     done = subprocess.run(
         [sys.executable, "-c", STEPS, str(int(tune)), str(threads)],
-        check=True, env=env, capture_output=True, text=True,
-    )  # fmt: skip
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     tuned, faults = done.stdout.split()
     return tuned == "True", int(faults)
 
@@ -66,14 +69,23 @@ def main() -> None:
             took += [tuned] if tune else []
             print(f"run {run + 1}/{args.runs} {name:>7} keep_freed_memory: {count} faults")
     medians = {name: median([float(c) for c in counts]) for name, counts in faults.items()}
-    print(f"median page faults of steps 4-10: {medians['without']:.0f} without, "
-          f"{medians['with']:.0f} with (the setting took: {all(took)})")  # fmt: skip
-    path = write_json("allocator_faults", {
-        "runs": args.runs, "threads": args.threads, "steps_counted": "4-10 of 10",
-        "setting_took": all(took), "faults_without": faults["without"],
-        "faults_with": faults["with"], "median_without": medians["without"],
-        "median_with": medians["with"],
-    })  # fmt: skip
+    print(
+        f"median page faults of steps 4-10: {medians['without']:.0f} without, "
+        f"{medians['with']:.0f} with (the setting took: {all(took)})"
+    )
+    path = write_json(
+        "allocator_faults",
+        {
+            "runs": args.runs,
+            "threads": args.threads,
+            "steps_counted": "4-10 of 10",
+            "setting_took": all(took),
+            "faults_without": faults["without"],
+            "faults_with": faults["with"],
+            "median_without": medians["without"],
+            "median_with": medians["with"],
+        },
+    )
     print(f"wrote {path}")
 
 

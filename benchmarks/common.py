@@ -78,8 +78,12 @@ def write_json(name: str, payload: dict) -> Path:
     """benchmarks/results/<name>.json with the machine (CPU model, vendor, cores, torch version,
     threads), date and command added."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    payload = {**machine_fields(), "date": dt.date.today().isoformat(), "command": command(),
-               **payload}  # fmt: skip
+    payload = {
+        **machine_fields(),
+        "date": dt.date.today().isoformat(),
+        "command": command(),
+        **payload,
+    }
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
@@ -88,8 +92,10 @@ def write_json(name: str, payload: dict) -> Path:
 def update_doc(name: str, title: str, body: str) -> None:
     """Replace (or append) the section of docs/BENCHMARKS.md owned by benchmark `name`."""
     start, end = f"<!-- bench:{name} start -->", f"<!-- bench:{name} end -->"
-    header = (f"## {title}\n\nCommand: `{command()}`  \n"
-              f"Date: {dt.date.today().isoformat()}, machine: {machine()}\n\n")  # fmt: skip
+    header = (
+        f"## {title}\n\nCommand: `{command()}`  \n"
+        f"Date: {dt.date.today().isoformat()}, machine: {machine()}\n\n"
+    )
     section = f"{start}\n{header}{body.strip()}\n{end}"
     text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\nWritten by `make bench`.\n"
     if start in text and end in text:

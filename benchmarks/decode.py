@@ -55,13 +55,22 @@ def worker(engine: str, mode: str, inputs_path: str, profile: bool) -> None:
 
 def spawn(engine: str, mode: str, inputs_path: Path, threads: int, profile: bool = False) -> dict:
     """One worker process; threads pinned through the environment as well."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     if engine != "ours":  # as users run them: oneDNN's default caches (ours: setup_process)
         env.update(ONEDNN_DEFAULT_CACHES)
     cmd = [sys.executable, __file__, "--worker", engine, mode, str(inputs_path)]
-    done = subprocess.run(cmd + (["--profile"] if profile else []), env=env, capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        cmd + (["--profile"] if profile else []),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{engine} {mode} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -95,11 +104,20 @@ def prepare_inputs(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     shape = {
         k: getattr(MODEL, k) for k in ("d_model", "n_heads", "enc_layers", "dec_layers", "d_ff")
     }
-    setup = {"model": shape, "vocab": tok.vocab_size, "parameters": model.num_params(),
-             "train": asdict(settings), "logits": check}  # fmt: skip
-    inputs = {"src_ids": src_ids, "vocab": vocabulary(tok), "paths": paths,
-              "batches": sentence_batches([len(s) for s in src_ids], args.batch),
-              "threads": args.threads}  # fmt: skip
+    setup = {
+        "model": shape,
+        "vocab": tok.vocab_size,
+        "parameters": model.num_params(),
+        "train": asdict(settings),
+        "logits": check,
+    }
+    inputs = {
+        "src_ids": src_ids,
+        "vocab": vocabulary(tok),
+        "paths": paths,
+        "batches": sentence_batches([len(s) for s in src_ids], args.batch),
+        "threads": args.threads,
+    }
     path = cache / "decode_inputs.json"
     path.write_text(json.dumps(inputs))
     return path, setup
@@ -114,8 +132,11 @@ def measure(args: argparse.Namespace, inputs_path: Path) -> dict[str, dict[str, 
             for engine in order:
                 result = spawn(engine, mode, inputs_path, args.threads)
                 runs[mode][engine].append(result)
-                print(f"repeat {rep + 1} {mode:15s} {engine:12s} "
-                      f"{args.sentences / result['seconds']:7.1f} sent/s", flush=True)  # fmt: skip
+                print(
+                    f"repeat {rep + 1} {mode:15s} {engine:12s} "
+                    f"{args.sentences / result['seconds']:7.1f} sent/s",
+                    flush=True,
+                )
     return runs
 
 
@@ -139,15 +160,18 @@ def row(results: list[dict], ours: list[list[int]] | None, limit: int) -> dict[s
     alone = [r["alone_step_ms"] for r in results if r["alone_step_ms"] is not None]
     # at the limit ours ends with EOS where the others stop without one: limit - 1 tokens
     return {
-        "sent_per_s": len(outputs) / seconds, "tokens_per_s": tokens / seconds,
-        "seconds": seconds, "tokens": tokens, "tokens_per_sentence": tokens / len(outputs),
+        "sent_per_s": len(outputs) / seconds,
+        "tokens_per_s": tokens / seconds,
+        "seconds": seconds,
+        "tokens": tokens,
+        "tokens_per_sentence": tokens / len(outputs),
         "at_cap": at_cap(outputs, limit),
         "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in results),
         "same_output_as_ours": agreement(outputs, ours, limit - 1) if ours else None,
         "same_first_half_as_ours": agreement(outputs, ours, limit // 2) if ours else None,
         "alone_step_ms": statistics.median(alone) if alone else None,
         "repeats": [r["seconds"] for r in results],
-    }  # fmt: skip
+    }
 
 
 def summarize(runs: dict[str, dict[str, list[dict]]]) -> dict[str, dict]:
@@ -189,15 +213,19 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", nargs=3, metavar=("ENGINE", "MODE", "INPUTS"))
     parser.add_argument("--profile", action="store_true", help="worker: profile ours instead")
-    parser.add_argument("--data", default=None, help="Multi30k folder (default $MULTI30K_ROOT, "
-                        "else ../shared/data/multi30k)")  # fmt: skip
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="Multi30k folder (default $MULTI30K_ROOT, else ../shared/data/multi30k)",
+    )
     parser.add_argument("--cache-dir", default=str(HERE.parent / ".cache" / "bench"))
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--train-steps", type=int, default=None,
-                        help="default: decode_setup.TrainSettings.steps")  # fmt: skip
+    parser.add_argument(
+        "--train-steps", type=int, default=None, help="default: decode_setup.TrainSettings.steps"
+    )
     parser.add_argument("--engines", nargs="+", default=ENGINE_NAMES, choices=ENGINE_NAMES)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--no-doc", action="store_true", help="print only, write no results")
@@ -215,8 +243,16 @@ def main() -> None:
     table = summarize(measure(args, inputs_path))
     check_natural_lengths(table)
     profile = spawn("ours", "beam5_forced", inputs_path, args.threads, profile=True)
-    report(args, {"setup": setup, "results": table, "faster_hf": versus_faster_hf(table),
-                  "profile": profile}, write=not args.no_doc)  # fmt: skip
+    report(
+        args,
+        {
+            "setup": setup,
+            "results": table,
+            "faster_hf": versus_faster_hf(table),
+            "profile": profile,
+        },
+        write=not args.no_doc,
+    )
 
 
 if __name__ == "__main__":

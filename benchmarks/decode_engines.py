@@ -42,9 +42,15 @@ class Mode:
         return FORCED if self.forced else LIMIT
 
 
-MODES = {m.name: m for m in [Mode("greedy_forced", 1, True), Mode("beam5_forced", BEAM, True),
-                             Mode("greedy_natural", 1, False),
-                             Mode("beam5_natural", BEAM, False)]}  # fmt: skip
+MODES = {
+    m.name: m
+    for m in [
+        Mode("greedy_forced", 1, True),
+        Mode("beam5_forced", BEAM, True),
+        Mode("greedy_natural", 1, False),
+        Mode("beam5_natural", BEAM, False),
+    ]
+}
 
 
 @dataclass
@@ -80,10 +86,14 @@ def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list
     torch.set_num_threads(inputs.threads)
     model = _load_ours(inputs.paths["ours"], len(inputs.vocab) - 1)
     cfg = DecodeConfig(
-        method=SearchKind.beam if mode.beam > 1 else SearchKind.greedy, beam_size=mode.beam,
-        length_penalty=LengthPenaltyKind.average, alpha=1.0, batch_size=len(inputs.batches[0]),
-        max_len_a=0.0, max_len_b=mode.limit,
-    )  # fmt: skip
+        method=SearchKind.beam if mode.beam > 1 else SearchKind.greedy,
+        beam_size=mode.beam,
+        length_penalty=LengthPenaltyKind.average,
+        alpha=1.0,
+        batch_size=len(inputs.batches[0]),
+        max_len_a=0.0,
+        max_len_b=mode.limit,
+    )
     min_len = FORCED if mode.forced else 0
 
     def decode(src_ids: list[list[int]]) -> list[list[int]]:
@@ -99,8 +109,12 @@ def run_ours(inputs: Inputs, mode: Mode) -> Result:
     outputs = decode(inputs.src_ids)
     seconds = time.perf_counter() - start
     alone = _alone_step_ms(mode, lambda: decode(inputs.src_ids[:1]))
-    return {"outputs": outputs, "lengths": [len(t) + 1 for t in outputs],  # all end with EOS
-            "seconds": seconds, "alone_step_ms": alone}  # fmt: skip
+    return {
+        "outputs": outputs,
+        "lengths": [len(t) + 1 for t in outputs],  # all end with EOS
+        "seconds": seconds,
+        "alone_step_ms": alone,
+    }
 
 
 def _load_ours(path: str, vocab: int) -> EncoderDecoder:
@@ -131,12 +145,19 @@ def run_hf(inputs: Inputs, mode: Mode, attention: str) -> Result:
         ids = torch.tensor([r + [PAD_ID] * (width - len(r)) for r in rows])  # (B, S)
         with torch.inference_mode():
             out = model.generate(
-                input_ids=ids, attention_mask=ids.ne(PAD_ID), num_beams=mode.beam,
-                do_sample=False, max_new_tokens=mode.limit,
+                input_ids=ids,
+                attention_mask=ids.ne(PAD_ID),
+                num_beams=mode.beam,
+                do_sample=False,
+                max_new_tokens=mode.limit,
                 min_new_tokens=mode.limit if mode.forced else 0,
-                length_penalty=1.0, early_stopping=True, suppress_tokens=[PAD_ID, BOS_ID],
-                decoder_start_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
-            )  # fmt: skip
+                length_penalty=1.0,
+                early_stopping=True,
+                suppress_tokens=[PAD_ID, BOS_ID],
+                decoder_start_token_id=BOS_ID,
+                eos_token_id=EOS_ID,
+                pad_token_id=PAD_ID,
+            )
         return [_until_eos(row[1:]) for row in out.tolist()]
 
     return _timed(inputs, mode, decode)
@@ -150,19 +171,27 @@ def _until_eos(row: list[int]) -> list[int]:
 def run_ct2(inputs: Inputs, mode: Mode, compute_type: str) -> Result:
     import ctranslate2
 
-    translator = ctranslate2.Translator(inputs.paths[f"ct2_{compute_type}"], device="cpu",
-                                        compute_type=compute_type, inter_threads=1,
-                                        intra_threads=inputs.threads)  # fmt: skip
+    translator = ctranslate2.Translator(
+        inputs.paths[f"ct2_{compute_type}"],
+        device="cpu",
+        compute_type=compute_type,
+        inter_threads=1,
+        intra_threads=inputs.threads,
+    )
     index_of = {token: i for i, token in enumerate(inputs.vocab)}
     pieces = [[inputs.vocab[t] for t in ids] + ["</s>"] for ids in inputs.src_ids]
 
     def decode(index: list[int]) -> list[list[int]]:
         results = translator.translate_batch(
-            [pieces[i] for i in index], beam_size=mode.beam, num_hypotheses=1,
-            length_penalty=1.0, max_decoding_length=mode.limit,
-            min_decoding_length=mode.limit if mode.forced else 1, return_end_token=True,
+            [pieces[i] for i in index],
+            beam_size=mode.beam,
+            num_hypotheses=1,
+            length_penalty=1.0,
+            max_decoding_length=mode.limit,
+            min_decoding_length=mode.limit if mode.forced else 1,
+            return_end_token=True,
             suppress_sequences=[["<blank>"], ["<s>"]],
-        )  # fmt: skip
+        )
         return [[index_of[t] for t in r.hypotheses[0]] for r in results]
 
     return _timed(inputs, mode, decode)
@@ -177,9 +206,12 @@ def _timed(inputs: Inputs, mode: Mode, decode: Callable[[list[int]], list[list[i
         for i, row in zip(index, decode(index), strict=True):
             outputs[i] = row
     seconds = time.perf_counter() - start
-    return {"outputs": [[t for t in row if t != EOS_ID] for row in outputs],
-            "lengths": [len(row) for row in outputs], "seconds": seconds,
-            "alone_step_ms": _alone_step_ms(mode, lambda: decode([0]))}  # fmt: skip
+    return {
+        "outputs": [[t for t in row if t != EOS_ID] for row in outputs],
+        "lengths": [len(row) for row in outputs],
+        "seconds": seconds,
+        "alone_step_ms": _alone_step_ms(mode, lambda: decode([0])),
+    }
 
 
 def _alone_step_ms(mode: Mode, decode_first: Callable[[], object]) -> float | None:

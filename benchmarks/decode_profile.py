@@ -37,5 +37,9 @@ def profile_ours(inputs: Inputs, mode: Mode) -> dict:
         groups[name] = groups.get(name, 0.0) + event.self_cpu_time_total / 1e6
     groups["outside ops (Python, profiler)"] = max(0.0, wall - sum(groups.values()))
     share = {name: seconds / wall for name, seconds in sorted(groups.items(), key=lambda x: -x[1])}
-    return {"mode": mode.name, "forced_tokens": FORCED if mode.forced else None,
-            "profiled_seconds": wall, "share": share}  # fmt: skip
+    return {
+        "mode": mode.name,
+        "forced_tokens": FORCED if mode.forced else None,
+        "profiled_seconds": wall,
+        "share": share,
+    }

@@ -9,9 +9,13 @@ from typing import Any
 from common import update_doc, write_json
 from decode_engines import ALONE_REPEATS, BEAM, FORCED, LIMIT
 
-LABELS = {"ours": "ours (PyTorch)", "hf_sdpa": "HF transformers (sdpa)",
-          "hf_eager": "HF transformers (eager)", "ct2_float32": "CTranslate2 float32",
-          "ct2_int8": "CTranslate2 int8"}  # fmt: skip
+LABELS = {
+    "ours": "ours (PyTorch)",
+    "hf_sdpa": "HF transformers (sdpa)",
+    "hf_eager": "HF transformers (eager)",
+    "ct2_float32": "CTranslate2 float32",
+    "ct2_int8": "CTranslate2 int8",
+}
 FLOAT32 = ("hf_sdpa", "hf_eager", "ct2_float32")  # the engines that compute ours in float32
 METHOD = f"""\
 All engines decode the same function: our weights are copied into a Hugging Face Marian model
@@ -29,8 +33,10 @@ faster."""
 
 
 def markdown(result: dict[str, Any]) -> str:
-    head = ("| mode | engine | sent/s | tokens/s | tokens/sent | at cap | peak RSS | same output "
-            "| same 1st half | ours / engine |")  # fmt: skip
+    head = (
+        "| mode | engine | sent/s | tokens/s | tokens/sent | at cap | peak RSS | same output "
+        "| same 1st half | ours / engine |"
+    )
     lines = [head, "|---" * 10 + "|"]
     for mode, engines in result["results"].items():
         for engine, row in engines.items():
@@ -41,18 +47,24 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{row['at_cap']:.0%} | {row['peak_rss_mb']:.0f} MB | {_share(same)} | "
                 f"{_share(half)} | {_ratio(row.get('ours_speedup'))} |"
             )
-    found = [logits_sentence(result["setup"]["logits"]), agreement_sentence(result["results"]),
-             faster_hf_sentence(result["faster_hf"]), alone_sentence(result["results"]),
-             profile_sentence(result["profile"])]  # fmt: skip
+    found = [
+        logits_sentence(result["setup"]["logits"]),
+        agreement_sentence(result["results"]),
+        faster_hf_sentence(result["faster_hf"]),
+        alone_sentence(result["results"]),
+        profile_sentence(result["profile"]),
+    ]
     return "\n".join(lines) + "\n\n" + METHOD + "\n\n" + "\n\n".join(s for s in found if s)
 
 
 def logits_sentence(check: dict[str, Any]) -> str:
     diffs = ", ".join(f"{d:.1e} ({name})" for name, d in check["max_abs_logit_diff"].items())
-    return (f"Export check: teacher-forced logits of ours and of the Marian export on the first "
-            f"{check['sentences']} test sentences with their German references "
-            f"({check['positions']} positions): largest absolute difference {diffs}, "
-            f"for logits up to {check['max_abs_logit']:.1f} in absolute value.")  # fmt: skip
+    return (
+        f"Export check: teacher-forced logits of ours and of the Marian export on the first "
+        f"{check['sentences']} test sentences with their German references "
+        f"({check['positions']} positions): largest absolute difference {diffs}, "
+        f"for logits up to {check['max_abs_logit']:.1f} in absolute value."
+    )
 
 
 def agreement_sentence(table: dict[str, dict]) -> str:
@@ -73,28 +85,35 @@ def agreement_sentence(table: dict[str, dict]) -> str:
 def faster_hf_sentence(faster: dict[str, dict[str, Any]]) -> str:
     if not faster:
         return ""
-    parts = [f"{mode} {f['ours_speedup']:.2f}x ({LABELS[f['engine']]})"
-             for mode, f in faster.items()]  # fmt: skip
+    parts = [
+        f"{mode} {f['ours_speedup']:.2f}x ({LABELS[f['engine']]})" for mode, f in faster.items()
+    ]
     return "Ours over the faster HF attention: " + ", ".join(parts) + "."
 
 
 def alone_sentence(table: dict[str, dict]) -> str:
     """The one-sentence step times measured in the greedy forced mode."""
     engines = table.get("greedy_forced", {})
-    parts = [f"{LABELS[e]} {row['alone_step_ms']:.2f} ms" for e, row in engines.items()
-             if row["alone_step_ms"] is not None]  # fmt: skip
+    parts = [
+        f"{LABELS[e]} {row['alone_step_ms']:.2f} ms"
+        for e, row in engines.items()
+        if row["alone_step_ms"] is not None
+    ]
     if not parts:
         return ""
-    return (f"One sentence decoded alone (greedy, forced to {FORCED} tokens, its encoder pass "
-            f"included, median of {ALONE_REPEATS}), time per decoder step: "
-            + ", ".join(parts) + ".")  # fmt: skip
+    return (
+        f"One sentence decoded alone (greedy, forced to {FORCED} tokens, its encoder pass "
+        f"included, median of {ALONE_REPEATS}), time per decoder step: " + ", ".join(parts) + "."
+    )
 
 
 def profile_sentence(profile: dict[str, Any]) -> str:
     shares = ", ".join(f"{name} {share:.0%}" for name, share in profile["share"].items())
     seconds = profile["profiled_seconds"]
-    return (f"Where our time goes ({profile['mode']}, torch.profiler self time over "
-            f"{seconds:.1f} s, profiler overhead included): {shares}.")  # fmt: skip
+    return (
+        f"Where our time goes ({profile['mode']}, torch.profiler self time over "
+        f"{seconds:.1f} s, profiler overhead included): {shares}."
+    )
 
 
 def versions() -> dict[str, str]:
@@ -125,11 +144,13 @@ def _span(values: list[float]) -> str:
 def model_text(setup: dict[str, Any]) -> str:
     t, m = setup["train"], setup["model"]
     precision = "bf16 autocast, float32 weights" if t["bf16"] else "float32"
-    return (f"Model: d={m['d_model']}, {m['enc_layers']}+{m['dec_layers']} layers, "
-            f"{m['n_heads']} heads, FFN {m['d_ff']}, joint BPE vocabulary of {setup['vocab']}, "
-            f"{setup['parameters'] / 1e6:.1f}M parameters, trained {t['steps']} steps of at most "
-            f"{t['max_tokens']} padded tokens ({precision}; AdamW, peak lr {t['lr']:g} after "
-            f"{t['warmup']} warmup steps) so that it ends its own outputs.")  # fmt: skip
+    return (
+        f"Model: d={m['d_model']}, {m['enc_layers']}+{m['dec_layers']} layers, "
+        f"{m['n_heads']} heads, FFN {m['d_ff']}, joint BPE vocabulary of {setup['vocab']}, "
+        f"{setup['parameters'] / 1e6:.1f}M parameters, trained {t['steps']} steps of at most "
+        f"{t['max_tokens']} padded tokens ({precision}; AdamW, peak lr {t['lr']:g} after "
+        f"{t['warmup']} warmup steps) so that it ends its own outputs."
+    )
 
 
 def report(args: argparse.Namespace, result: dict[str, Any], write: bool) -> None:
@@ -137,8 +158,14 @@ def report(args: argparse.Namespace, result: dict[str, Any], write: bool) -> Non
     print(body)
     if not write:
         return
-    payload = {"sentences": args.sentences, "batch": args.batch, "threads": args.threads,
-               "repeats": args.repeats, "versions": versions(), **result}  # fmt: skip
+    payload = {
+        "sentences": args.sentences,
+        "batch": args.batch,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "versions": versions(),
+        **result,
+    }
     write_json("decode", payload)
     update_doc(
         "decode",

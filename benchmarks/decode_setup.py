@@ -41,8 +41,17 @@ from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, Tokenizer,
 if TYPE_CHECKING:
     pass
 
-MODEL = ModelConfig(d_model=256, n_heads=4, enc_layers=3, dec_layers=3, d_ff=1024, dropout=0.1,
-                    norm_first=False, tie_output=True, share_embeddings=True)  # fmt: skip
+MODEL = ModelConfig(
+    d_model=256,
+    n_heads=4,
+    enc_layers=3,
+    dec_layers=3,
+    d_ff=1024,
+    dropout=0.1,
+    norm_first=False,
+    tie_output=True,
+    share_embeddings=True,
+)
 NEG = -1e4  # logit bias of the extra vocabulary row CTranslate2's Marian loader drops
 CHECK_SENTENCES = 32  # test sentences whose teacher-forced logits ours and Marian's compare
 
@@ -67,8 +76,9 @@ class TrainSettings:
 def load_tokenizer(root: Path, cache_dir: Path) -> Tokenizer:
     """Joint sentencepiece BPE, 8000 ids, trained on Multi30k train en + de (cached)."""
     en, de = read_lines(split_file(root, "train.en")), read_lines(split_file(root, "train.de"))
-    tok, _ = build_tokenizers("bpe", en, de, vocab_size=8000, joint=True,
-                              cache_dir=cache_dir / "tokenizers")  # fmt: skip
+    tok, _ = build_tokenizers(
+        "bpe", en, de, vocab_size=8000, joint=True, cache_dir=cache_dir / "tokenizers"
+    )
     return tok
 
 
@@ -98,11 +108,17 @@ def train(
     from seq2seq.trainer import Trainer
 
     cfg = TrainConfig(
-        model=MODEL, pos_encoding=PosEncodingConfig(kind=PosKind.sinusoidal, max_len=1024),
+        model=MODEL,
+        pos_encoding=PosEncodingConfig(kind=PosKind.sinusoidal, max_len=1024),
         optim=OptimConfig(lr=settings.lr, warmup_steps=settings.warmup),
-        trainer=TrainerConfig(max_tokens=settings.max_tokens, seed=1, device="cpu",
-                              precision=Precision(settings.precision), progress=False),
-    )  # fmt: skip
+        trainer=TrainerConfig(
+            max_tokens=settings.max_tokens,
+            seed=1,
+            device="cpu",
+            precision=Precision(settings.precision),
+            progress=False,
+        ),
+    )
     src, tgt = tok.encode_batch(pairs[0]), tok.encode_batch(pairs[1])
     data = {n: Split(n, *pairs, src, tgt) for n in (cfg.data.train, cfg.data.valid)}
     optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))
@@ -179,8 +195,9 @@ def _save_tokenizer(vocab: list[str], out_dir: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
     word_level = HfTokenizer(WordLevel({t: i for i, t in enumerate(vocab)}, unk_token="<unk>"))
-    fast = PreTrainedTokenizerFast(tokenizer_object=word_level, eos_token="</s>",
-                                   unk_token="<unk>", pad_token="<pad>")  # fmt: skip
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=word_level, eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
+    )
     fast.save_pretrained(out_dir)
 
 
@@ -252,5 +269,9 @@ def export_check(
             decoder_input_ids=batch["tgt_in"],
         ).logits  # (B, T, V + 1)
         diffs[attention] = float((theirs[batch["real"]][:, :-1] - ours).abs().max())
-    return {"sentences": len(src_ids), "positions": int(batch["real"].sum()),
-            "max_abs_logit_diff": diffs, "max_abs_logit": float(ours.abs().max())}  # fmt: skip
+    return {
+        "sentences": len(src_ids),
+        "positions": int(batch["real"].sum()),
+        "max_abs_logit_diff": diffs,
+        "max_abs_logit": float(ours.abs().max()),
+    }

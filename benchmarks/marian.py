@@ -36,15 +36,28 @@ def marian_config(
 
     rates = (m.dropout, m.attn_dropout, m.ffn_dropout) if dropout else (0.0, 0.0, 0.0)
     return MarianConfig(
-        vocab_size=vocab + extra_row, d_model=m.d_model, encoder_layers=m.enc_layers,
-        decoder_layers=m.dec_layers, encoder_attention_heads=m.n_heads,
-        decoder_attention_heads=m.n_heads, encoder_ffn_dim=m.d_ff, decoder_ffn_dim=m.d_ff,
-        activation_function="relu", dropout=rates[0], attention_dropout=rates[1],
-        activation_dropout=rates[2], scale_embedding=True, max_position_embeddings=max_positions,
-        pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=BOS_ID,
-        decoder_start_token_id=BOS_ID, forced_eos_token_id=None,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-    )  # fmt: skip
+        vocab_size=vocab + extra_row,
+        d_model=m.d_model,
+        encoder_layers=m.enc_layers,
+        decoder_layers=m.dec_layers,
+        encoder_attention_heads=m.n_heads,
+        decoder_attention_heads=m.n_heads,
+        encoder_ffn_dim=m.d_ff,
+        decoder_ffn_dim=m.d_ff,
+        activation_function="relu",
+        dropout=rates[0],
+        attention_dropout=rates[1],
+        activation_dropout=rates[2],
+        scale_embedding=True,
+        max_position_embeddings=max_positions,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        bos_token_id=BOS_ID,
+        decoder_start_token_id=BOS_ID,
+        forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+    )
 
 
 def marian_state(model: EncoderDecoder, extra_row: bool) -> dict[str, torch.Tensor]:
@@ -79,11 +92,13 @@ def _attention(sd: dict, ours: str, theirs: str, p: torch.Tensor) -> dict[str, t
     return {
         f"{theirs}.q_proj.weight": sd[f"{ours}.q_proj.weight"][:, p],
         f"{theirs}.q_proj.bias": sd[f"{ours}.q_proj.bias"],
-        f"{theirs}.k_proj.weight": kv_w[:d][:, p], f"{theirs}.k_proj.bias": kv_b[:d],
-        f"{theirs}.v_proj.weight": kv_w[d:][:, p], f"{theirs}.v_proj.bias": kv_b[d:],
+        f"{theirs}.k_proj.weight": kv_w[:d][:, p],
+        f"{theirs}.k_proj.bias": kv_b[:d],
+        f"{theirs}.v_proj.weight": kv_w[d:][:, p],
+        f"{theirs}.v_proj.bias": kv_b[d:],
         f"{theirs}.out_proj.weight": sd[f"{ours}.out_proj.weight"][p],
         f"{theirs}.out_proj.bias": sd[f"{ours}.out_proj.bias"][p],
-    }  # fmt: skip
+    }
 
 
 def _layer_state(sd: dict, side: str, i: int, p: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -96,12 +111,14 @@ def _layer_state(sd: dict, side: str, i: int, p: torch.Tensor) -> dict[str, torc
         out.update(_attention(sd, f"{ours}.{attn}", f"{theirs}.{name}", p))
         out[f"{theirs}.{name}_layer_norm.weight"] = sd[f"{ours}.{res}.norm.weight"][p]
         out[f"{theirs}.{name}_layer_norm.bias"] = sd[f"{ours}.{res}.norm.bias"][p]
-    out.update({
-        f"{theirs}.fc1.weight": sd[f"{ours}.ffn.up.weight"][:, p],
-        f"{theirs}.fc1.bias": sd[f"{ours}.ffn.up.bias"],
-        f"{theirs}.fc2.weight": sd[f"{ours}.ffn.down.weight"][p],
-        f"{theirs}.fc2.bias": sd[f"{ours}.ffn.down.bias"][p],
-        f"{theirs}.final_layer_norm.weight": sd[f"{ours}.res_ffn.norm.weight"][p],
-        f"{theirs}.final_layer_norm.bias": sd[f"{ours}.res_ffn.norm.bias"][p],
-    })  # fmt: skip
+    out.update(
+        {
+            f"{theirs}.fc1.weight": sd[f"{ours}.ffn.up.weight"][:, p],
+            f"{theirs}.fc1.bias": sd[f"{ours}.ffn.up.bias"],
+            f"{theirs}.fc2.weight": sd[f"{ours}.ffn.down.weight"][p],
+            f"{theirs}.fc2.bias": sd[f"{ours}.ffn.down.bias"][p],
+            f"{theirs}.final_layer_norm.weight": sd[f"{ours}.res_ffn.norm.weight"][p],
+            f"{theirs}.final_layer_norm.bias": sd[f"{ours}.res_ffn.norm.bias"][p],
+        }
+    )
     return out

@@ -67,16 +67,23 @@ def measure(args: argparse.Namespace, precision: str) -> dict[str, float]:
     peak = cpu_peak_tflops(DTYPES[Precision(precision)], size=2048) * 1e3  # GFLOP/s
     tokens = sum(b.src_tokens + b.tgt_tokens for b in timed) / len(timed)
     floor = flops / 1e9 / peak
-    return {"matmul_gflop_per_step": flops / 1e9, "matmul_s_per_step": seconds,
-            "matmul_gflops": flops / 1e9 / seconds, "peak_gflops": peak,
-            "floor_s_per_step": floor, "src_tgt_tokens_per_step": tokens,
-            "ceiling_tokens_per_s": tokens / floor}  # fmt: skip
+    return {
+        "matmul_gflop_per_step": flops / 1e9,
+        "matmul_s_per_step": seconds,
+        "matmul_gflops": flops / 1e9 / seconds,
+        "peak_gflops": peak,
+        "floor_s_per_step": floor,
+        "src_tgt_tokens_per_step": tokens,
+        "ceiling_tokens_per_s": tokens / floor,
+    }
 
 
 def report(result: dict[str, Any]) -> str:
-    rows = ["| precision | matmul GFLOP/step | ours: s/step in matmuls (GFLOP/s) | peak GFLOP/s "
-            "(2048^3) | floor s/step | src+tgt tokens/step | ceiling tokens/s |",
-            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| precision | matmul GFLOP/step | ours: s/step in matmuls (GFLOP/s) | peak GFLOP/s "
+        "(2048^3) | floor s/step | src+tgt tokens/step | ceiling tokens/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name in PRECISIONS:
         r = result[name]
         rows.append(

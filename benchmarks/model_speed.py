@@ -68,10 +68,16 @@ def decode_sentences_per_s(
 
 def config(args: argparse.Namespace) -> TrainConfig:
     register_configs()
-    overrides = [f"model={args.model}", "experiment=numbers", f"trainer.threads={args.threads}",
-                 f"trainer.precision={args.precision}", f"trainer.max_tokens={MAX_TOKENS}",
-                 "trainer.accum_steps=1", "trainer.device=cpu",
-                 "trainer.progress=false"]  # fmt: skip
+    overrides = [
+        f"model={args.model}",
+        "experiment=numbers",
+        f"trainer.threads={args.threads}",
+        f"trainer.precision={args.precision}",
+        f"trainer.max_tokens={MAX_TOKENS}",
+        "trainer.accum_steps=1",
+        "trainer.device=cpu",
+        "trainer.progress=false",
+    ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return OmegaConf.to_object(compose("train", overrides))  # type: ignore[return-value]
 
@@ -83,8 +89,11 @@ def measure(trainer: Trainer, args: argparse.Namespace) -> dict[str, float]:
     test = trainer.splits["test"].src_ids[: args.sentences]
     greedy = replace(trainer.cfg.decode, method=SearchKind.greedy, batch_size=32)
     beam = replace(trainer.cfg.decode, method=SearchKind.beam, beam_size=5, batch_size=32)
-    runs: dict[str, list[float]] = {"train_tokens_per_s": [], "greedy_sent_per_s": [],
-                                    "beam5_sent_per_s": []}  # fmt: skip
+    runs: dict[str, list[float]] = {
+        "train_tokens_per_s": [],
+        "greedy_sent_per_s": [],
+        "beam5_sent_per_s": [],
+    }
     for _ in range(args.repeats):
         runs["train_tokens_per_s"].append(train_tokens_per_s(trainer, batches))
         runs["greedy_sent_per_s"].append(decode_sentences_per_s(trainer.model, test, greedy))
@@ -107,9 +116,14 @@ def main() -> None:
             result: dict[str, object] = {**measure(trainer, args)}
         finally:
             trainer.close()
-    result.update(model=args.model, params=trainer.model.num_params(), peak_rss_mb=peak_rss_mb(),
-                  threads=args.threads, repeats=args.repeats,
-                  precision=trainer.precision.value)  # fmt: skip
+    result.update(
+        model=args.model,
+        params=trainer.model.num_params(),
+        peak_rss_mb=peak_rss_mb(),
+        threads=args.threads,
+        repeats=args.repeats,
+        precision=trainer.precision.value,
+    )
     write_json("model_speed", result)
     update_doc(
         "model_speed",

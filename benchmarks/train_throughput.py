@@ -55,21 +55,33 @@ LOSS_TOLERANCE = 1e-5
 # Marian runs with each of its attention implementations; we are compared with the faster
 ENGINES = ("ours", "hf", "hf_eager")
 HF_ATTENTION = {"hf": "sdpa", "hf_eager": "eager"}
-NAMES = {"ours": "seq2seq Trainer", "hf": "HF MarianMTModel (sdpa)",
-         "hf_eager": "HF MarianMTModel (eager)"}  # fmt: skip
+NAMES = {
+    "ours": "seq2seq Trainer",
+    "hf": "HF MarianMTModel (sdpa)",
+    "hf_eager": "HF MarianMTModel (eager)",
+}
 
 
 def train_config(args: argparse.Namespace) -> TrainConfig:
     """The benchmark's TrainConfig (data=multi30k, model=small as post-norm, on the CPU)."""
     register_configs()
     overrides = [
-        "data=multi30k", f"data.root={args.data}", "tokenizer=bpe", "tokenizer.vocab_size=8000",
-        "model=small", "model.norm_first=false", f"model.dropout={args.dropout}",
-        "optim.clip_norm=1.0", f"trainer.max_tokens={args.max_tokens}",
-        f"trainer.threads={args.threads}", "trainer.device=cpu", "trainer.label_smoothing=0.1",
-        "trainer.progress=false", f"trainer.precision={args.precision}",
+        "data=multi30k",
+        f"data.root={args.data}",
+        "tokenizer=bpe",
+        "tokenizer.vocab_size=8000",
+        "model=small",
+        "model.norm_first=false",
+        f"model.dropout={args.dropout}",
+        "optim.clip_norm=1.0",
+        f"trainer.max_tokens={args.max_tokens}",
+        f"trainer.threads={args.threads}",
+        "trainer.device=cpu",
+        "trainer.label_smoothing=0.1",
+        "trainer.progress=false",
+        f"trainer.precision={args.precision}",
         f"trainer.compile={str(args.compile).lower()}",
-    ]  # fmt: skip
+    ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         from omegaconf import OmegaConf
 
@@ -84,8 +96,9 @@ def marian(cfg: TrainConfig, vocab: int, attention: str) -> torch.nn.Module:
     from marian import marian_config
     from transformers import MarianMTModel
 
-    config = marian_config(cfg.model, vocab, extra_row=False,
-                           max_positions=cfg.data.max_len + 2, dropout=True)  # fmt: skip
+    config = marian_config(
+        cfg.model, vocab, extra_row=False, max_positions=cfg.data.max_len + 2, dropout=True
+    )
     config._attn_implementation = attention
     return MarianMTModel(config)
 
@@ -93,9 +106,11 @@ def marian(cfg: TrainConfig, vocab: int, attention: str) -> torch.nn.Module:
 def hf_logits(model: Any, batch: Batch) -> torch.Tensor:
     """Marian's (B, T, V) logits for our batch layout (EOS-terminated source, BOS + target)."""
     return model(
-        input_ids=batch.src, attention_mask=batch.src != PAD_ID, decoder_input_ids=batch.tgt_in,
+        input_ids=batch.src,
+        attention_mask=batch.src != PAD_ID,
+        decoder_input_ids=batch.tgt_in,
         decoder_attention_mask=batch.tgt_in != PAD_ID,
-    ).logits  # fmt: skip
+    ).logits
 
 
 def hf_step(
@@ -106,9 +121,12 @@ def hf_step(
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         logits = hf_logits(model, batch)  # (B, T, V)
     loss = F.cross_entropy(  # the label-smoothed loss as PyTorch ships it (equal to ours)
-        logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID,
-        reduction="sum", label_smoothing=smoothing,
-    )  # fmt: skip
+        logits.flatten(0, 1).float(),
+        batch.tgt_out.flatten(),
+        ignore_index=PAD_ID,
+        reduction="sum",
+        label_smoothing=smoothing,
+    )
     tokens = batch.tgt_tokens
     (loss / tokens).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -149,8 +167,10 @@ def engine_step(engine: str, cfg: TrainConfig, vocab: int, run_dir: Path) -> tup
     if engine == "ours":
         trainer = build_trainer(cfg, run_dir)
         ours = lambda b: trainer.model(b.src, b.tgt_in)  # noqa: E731
-        return (lambda b: trainer.train_step([b])["loss"],  # type: ignore[index]
-                lambda b: eval_loss(ours, trainer.model, b, smoothing))  # fmt: skip
+        return (
+            lambda b: trainer.train_step([b])["loss"],  # type: ignore[index]
+            lambda b: eval_loss(ours, trainer.model, b, smoothing),
+        )
     from marian import load_into
 
     model = marian(cfg, vocab, HF_ATTENTION[engine]).train()
@@ -161,8 +181,10 @@ def engine_step(engine: str, cfg: TrainConfig, vocab: int, run_dir: Path) -> tup
         raise SystemExit(f"cannot copy our initial weights into Marian: {err!r}") from err
     optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))
     bf16 = cfg.trainer.precision.value == "bf16"
-    return (lambda b: hf_step(model, optimizer, scheduler, b, smoothing, bf16),
-            lambda b: eval_loss(lambda x: hf_logits(model, x), model, b, smoothing))  # fmt: skip
+    return (
+        lambda b: hf_step(model, optimizer, scheduler, b, smoothing, bf16),
+        lambda b: eval_loss(lambda x: hf_logits(model, x), model, b, smoothing),
+    )
 
 
 def run_engine(engine: str, cfg: TrainConfig, steps: int) -> dict[str, Any]:
@@ -178,17 +200,37 @@ def run_engine(engine: str, cfg: TrainConfig, steps: int) -> dict[str, Any]:
             start = time.perf_counter()
             losses.append(float(step(batch)))
             seconds.append(time.perf_counter() - start)
-    return {"engine": engine, "seconds": seconds, "losses": losses, "rss_mb": peak_rss_mb(),
-            "initial_eval_loss": initial, "src_tokens": [b.src_tokens for b in batches],
-            "tgt_tokens": [b.tgt_tokens for b in batches]}  # fmt: skip
+    return {
+        "engine": engine,
+        "seconds": seconds,
+        "losses": losses,
+        "rss_mb": peak_rss_mb(),
+        "initial_eval_loss": initial,
+        "src_tokens": [b.src_tokens for b in batches],
+        "tgt_tokens": [b.tgt_tokens for b in batches],
+    }
 
 
 def child(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run one engine in a fresh Python process (its own peak RSS); returns its result."""
-    cmd = [sys.executable, __file__, "--engine", engine, "--data", args.data,
-           "--steps", str(args.warmup + args.steps), "--threads", str(args.threads),
-           "--max-tokens", str(args.max_tokens), "--precision", args.precision,
-           "--dropout", str(args.dropout)] + (["--compile"] if args.compile else [])  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "--engine",
+        engine,
+        "--data",
+        args.data,
+        "--steps",
+        str(args.warmup + args.steps),
+        "--threads",
+        str(args.threads),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--precision",
+        args.precision,
+        "--dropout",
+        str(args.dropout),
+    ] + (["--compile"] if args.compile else [])
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
     if engine != "ours":  # as users run them: oneDNN's default caches (ours: onednn.py)
         env.update(ONEDNN_DEFAULT_CACHES)
@@ -220,19 +262,24 @@ def summarise(runs: list[dict[str, Any]], warmup: int) -> dict[str, float]:
         secs = sum(r["seconds"][warmup:])
         src, tgt = sum(r["src_tokens"][warmup:]), sum(r["tgt_tokens"][warmup:])
         per_run.append((secs / len(r["seconds"][warmup:]), (src + tgt) / secs, tgt / secs))
-    return {"s_per_step": median([p[0] for p in per_run]),
-            "src_tgt_tokens_per_s": median([p[1] for p in per_run]),
-            "tgt_tokens_per_s": median([p[2] for p in per_run]),
-            "peak_rss_mb": median([r["rss_mb"] for r in runs]),
-            "final_loss": runs[0]["losses"][-1],
-            "initial_eval_loss": runs[0]["initial_eval_loss"]}  # fmt: skip
+    return {
+        "s_per_step": median([p[0] for p in per_run]),
+        "src_tgt_tokens_per_s": median([p[1] for p in per_run]),
+        "tgt_tokens_per_s": median([p[2] for p in per_run]),
+        "peak_rss_mb": median([r["rss_mb"] for r in runs]),
+        "final_loss": runs[0]["losses"][-1],
+        "initial_eval_loss": runs[0]["initial_eval_loss"],
+    }
 
 
 def report(result: dict[str, Any]) -> str:
     """The Markdown body of the docs/BENCHMARKS.md section."""
     ours = result["ours"]
-    rows = ["| engine | src+tgt tokens/s | target tokens/s | s/step | peak RSS (MB) | loss at "
-            f"step {result['steps_total']} |", "|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| engine | src+tgt tokens/s | target tokens/s | s/step | peak RSS (MB) | loss at "
+        f"step {result['steps_total']} |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, r in ((NAMES[e], result[e]) for e in ENGINES):
         speed = f"{r['src_tgt_tokens_per_s']:,.0f} | {r['tgt_tokens_per_s']:,.0f}"
         cost = f"{r['s_per_step']:.3f} | {r['peak_rss_mb']:,.0f} | {r['final_loss']:.3f}"
@@ -270,8 +317,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed first steps")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=4096)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                        help="both engines (bf16: CPU autocast)")  # fmt: skip
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="both engines (bf16: CPU autocast)",
+    )
     parser.add_argument("--dropout", type=float, default=0.1, help="0: loss curves must agree")
     parser.add_argument("--compile", action="store_true", help="ours: trainer.compile=true")
     parser.add_argument("--engine", choices=ENGINES, help="(internal) run one engine, print JSON")
@@ -296,12 +347,21 @@ def main() -> None:
     result: dict[str, Any] = {e: summarise(runs[e], args.warmup) for e in ENGINES}
     hf_best = max(ENGINES[1:], key=lambda e: result[e]["src_tgt_tokens_per_s"])
     speedup = result["ours"]["src_tgt_tokens_per_s"] / result[hf_best]["src_tgt_tokens_per_s"]
-    result.update(speedup=speedup, hf_best=hf_best, initial_loss_gap=gap,
-                  loss_curves={e: runs[e][0]["losses"] for e in ENGINES}, repeats=args.repeats,
-                  steps=args.steps, warmup=args.warmup, steps_total=args.steps + args.warmup,
-                  threads=args.threads, max_tokens=args.max_tokens,
-                  precision=args.precision, dropout=args.dropout,
-                  compile=args.compile)  # fmt: skip
+    result.update(
+        speedup=speedup,
+        hf_best=hf_best,
+        initial_loss_gap=gap,
+        loss_curves={e: runs[e][0]["losses"] for e in ENGINES},
+        repeats=args.repeats,
+        steps=args.steps,
+        warmup=args.warmup,
+        steps_total=args.steps + args.warmup,
+        threads=args.threads,
+        max_tokens=args.max_tokens,
+        precision=args.precision,
+        dropout=args.dropout,
+        compile=args.compile,
+    )
     print(json.dumps(result, indent=2))
     if not args.no_doc:
         name = "train_throughput" + ("" if args.precision == "fp32" else f"_{args.precision}")

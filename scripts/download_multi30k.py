@@ -49,8 +49,11 @@ def main() -> int:
             try:
                 data = fetch(f"{BASE}/{split}.{lang}.gz", expected)
             except OSError as err:
-                print(f"error: {split}.{lang}.gz: {err}. Check your network, or copy the files "
-                      f"into {args.out} by hand.", file=sys.stderr)  # fmt: skip
+                print(
+                    f"error: {split}.{lang}.gz: {err}. Check your network, or copy the files "
+                    f"into {args.out} by hand.",
+                    file=sys.stderr,
+                )
                 return 1
             tmp = path.with_suffix(".gz.tmp")
             tmp.write_bytes(data)

@@ -156,8 +156,9 @@ def average_last(folder: Path, n: int) -> tuple[Path, list[Path]]:
     average_last); returns its path and the checkpoints averaged."""
     sources = step_checkpoints(folder)[-n:]
     if len(sources) < n:
-        log.warning("trainer.average_last=%d but only %d step checkpoints to average", n,
-                    len(sources))  # fmt: skip
+        log.warning(
+            "trainer.average_last=%d but only %d step checkpoints to average", n, len(sources)
+        )
     path = folder / "average.pt"
     save_checkpoint(average_checkpoints(sources), path)
     log.info("averaged %s into %s", ", ".join(p.name for p in sources), path)
@@ -232,5 +233,8 @@ def restore_rng(state: dict[str, Any]) -> None:
         if len(cuda) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
         else:
-            log.warning("CUDA random states of %d devices not restored on %d", len(cuda),
-                        torch.cuda.device_count())  # fmt: skip
+            log.warning(
+                "CUDA random states of %d devices not restored on %d",
+                len(cuda),
+                torch.cuda.device_count(),
+            )

@@ -210,55 +210,95 @@ def check_decode(cfg: DecodeConfig, prefix: str = "decode") -> None:
     """Range checks the schema's types cannot express; errors name the key and the fix."""
     _require(cfg.beam_size >= 1, f"{prefix}.beam_size", cfg.beam_size, "at least 1")
     _require(cfg.nbest >= 1, f"{prefix}.nbest", cfg.nbest, "at least 1")
-    _require(cfg.nbest <= cfg.beam_size or cfg.method == SearchKind.greedy,
-             f"{prefix}.nbest", cfg.nbest, f"at most beam_size ({cfg.beam_size})")  # fmt: skip
+    _require(
+        cfg.nbest <= cfg.beam_size or cfg.method == SearchKind.greedy,
+        f"{prefix}.nbest",
+        cfg.nbest,
+        f"at most beam_size ({cfg.beam_size})",
+    )
     _require(cfg.max_len_a >= 0, f"{prefix}.max_len_a", cfg.max_len_a, "0 or more")
     _require(cfg.max_len_b >= 0, f"{prefix}.max_len_b", cfg.max_len_b, "0 or more")
-    _require(cfg.max_len_a > 0 or cfg.max_len_b > 0, f"{prefix}.max_len_b", cfg.max_len_b,
-             "above 0 when max_len_a is 0")  # fmt: skip
+    _require(
+        cfg.max_len_a > 0 or cfg.max_len_b > 0,
+        f"{prefix}.max_len_b",
+        cfg.max_len_b,
+        "above 0 when max_len_a is 0",
+    )
     _require(cfg.batch_size >= 1, f"{prefix}.batch_size", cfg.batch_size, "at least 1")
 
 
 def check_config(cfg: TrainConfig) -> None:
     """Reject values that would fail (or silently misbehave) deep inside training."""
     m, t, d = cfg.model, cfg.trainer, cfg.data
-    _require(m.d_model % m.n_heads == 0, "model.d_model", m.d_model,
-             f"a multiple of model.n_heads ({m.n_heads})")  # fmt: skip
-    for key, value in [("model.enc_layers", m.enc_layers), ("model.dec_layers", m.dec_layers),
-                       ("model.d_ff", m.d_ff), ("data.max_len", d.max_len),
-                       ("trainer.max_tokens", t.max_tokens), ("trainer.accum_steps", t.accum_steps),
-                       ("trainer.valid_every", t.valid_every), ("trainer.log_every", t.log_every),
-                       ("tokenizer.vocab_size", cfg.tokenizer.vocab_size)]:  # fmt: skip
+    _require(
+        m.d_model % m.n_heads == 0,
+        "model.d_model",
+        m.d_model,
+        f"a multiple of model.n_heads ({m.n_heads})",
+    )
+    for key, value in [
+        ("model.enc_layers", m.enc_layers),
+        ("model.dec_layers", m.dec_layers),
+        ("model.d_ff", m.d_ff),
+        ("data.max_len", d.max_len),
+        ("trainer.max_tokens", t.max_tokens),
+        ("trainer.accum_steps", t.accum_steps),
+        ("trainer.valid_every", t.valid_every),
+        ("trainer.log_every", t.log_every),
+        ("tokenizer.vocab_size", cfg.tokenizer.vocab_size),
+    ]:
         _require(value >= 1, key, value, "at least 1")
-    for key, share in [("model.dropout", m.dropout), ("model.attn_dropout", m.attn_dropout),
-                       ("model.ffn_dropout", m.ffn_dropout),
-                       ("trainer.label_smoothing", t.label_smoothing)]:  # fmt: skip
+    for key, share in [
+        ("model.dropout", m.dropout),
+        ("model.attn_dropout", m.attn_dropout),
+        ("model.ffn_dropout", m.ffn_dropout),
+        ("trainer.label_smoothing", t.label_smoothing),
+    ]:
         _require(0.0 <= share < 1.0, key, share, "in [0, 1)")
     _require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "above 0")
     _require(cfg.optim.warmup_steps >= 0, "optim.warmup_steps", cfg.optim.warmup_steps, "0 or more")
     _require(cfg.optim.clip_norm >= 0, "optim.clip_norm", cfg.optim.clip_norm, "0 or more")
     _require(len(cfg.optim.betas) == 2, "optim.betas", cfg.optim.betas, "two numbers")
-    _require(not m.share_embeddings or cfg.tokenizer.joint, "model.share_embeddings", True,
-             "false when tokenizer.joint is false (two vocabularies)")  # fmt: skip
+    _require(
+        not m.share_embeddings or cfg.tokenizer.joint,
+        "model.share_embeddings",
+        True,
+        "false when tokenizer.joint is false (two vocabularies)",
+    )
     check_trainer(t)
     check_decode(cfg.decode)
 
 
 def check_trainer(t: TrainerConfig) -> None:
     """Range checks of the trainer settings (counts, limits, resume mode)."""
-    for key, value in [("trainer.max_steps", t.max_steps), ("trainer.max_epochs", t.max_epochs),
-                       ("trainer.max_bad_steps", t.max_bad_steps)]:  # fmt: skip
+    for key, value in [
+        ("trainer.max_steps", t.max_steps),
+        ("trainer.max_epochs", t.max_epochs),
+        ("trainer.max_bad_steps", t.max_bad_steps),
+    ]:
         _require(value >= 1, key, value, "at least 1")
-    for key, amount in [("trainer.max_minutes", t.max_minutes), ("trainer.threads", t.threads),
-                       ("trainer.keep_last", t.keep_last), ("trainer.patience", t.patience),
-                       ("trainer.average_last", t.average_last),
-                       ("trainer.valid_bleu_sentences", t.valid_bleu_sentences)]:  # fmt: skip
+    for key, amount in [
+        ("trainer.max_minutes", t.max_minutes),
+        ("trainer.threads", t.threads),
+        ("trainer.keep_last", t.keep_last),
+        ("trainer.patience", t.patience),
+        ("trainer.average_last", t.average_last),
+        ("trainer.valid_bleu_sentences", t.valid_bleu_sentences),
+    ]:
         _require(amount >= 0, key, amount, "0 or more")
-    _require(t.keep_last >= t.average_last, "trainer.keep_last", t.keep_last,
-             f"at least trainer.average_last ({t.average_last}) so that the checkpoints to "
-             "average are kept")  # fmt: skip
-    _require(t.resume.strip() != "", "trainer.resume", t.resume,
-             "auto, never or the path of a checkpoint")  # fmt: skip
+    _require(
+        t.keep_last >= t.average_last,
+        "trainer.keep_last",
+        t.keep_last,
+        f"at least trainer.average_last ({t.average_last}) so that the checkpoints to "
+        "average are kept",
+    )
+    _require(
+        t.resume.strip() != "",
+        "trainer.resume",
+        t.resume,
+        "auto, never or the path of a checkpoint",
+    )
 
 
 def _require(ok: bool, key: str, value: object, expected: str) -> None:

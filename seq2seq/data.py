@@ -1,23 +1,23 @@
 """Reading parallel text, validating it, and cutting it into batches.
 
-Reading: a corpus split is a pair of line-aligned files ``{split}.{src}`` / ``{split}.{tgt}``,
-each optionally gzip-compressed (``.gz``). Every problem with the input (missing file, bad
-encoding, corrupt gzip, empty file, mismatched line counts) raises :class:`DataError` whose
+Reading: a corpus split is a pair of line-aligned files `{split}.{src}` / `{split}.{tgt}`,
+each optionally gzip-compressed (`.gz`). Every problem with the input (missing file, bad
+encoding, corrupt gzip, empty file, mismatched line counts) raises `DataError` whose
 message names the file, the 1-based line where relevant, and how to fix it.
 
 Filtering: bad pairs are never dropped silently. The two filters share one
-:class:`FilterReport` that counts every removal with its 1-based line number:
+`FilterReport` that counts every removal with its 1-based line number:
 
-1. ``kept, report = drop_empty(pairs)`` keeps pairs where neither side is blank.
-2. ``kept2 = drop_long(src_lens, tgt_lens, max_len, report, line_numbers)`` runs on the
-   tokenized survivors (``line_numbers[i]`` is the file line of survivor ``i``) and keeps
-   those whose both sides have at most ``max_len`` tokens.
-3. ``report.summary("train")`` gives one human-readable line for the log.
+1. `kept, report = drop_empty(pairs)` keeps pairs where neither side is blank.
+2. `kept2 = drop_long(src_lens, tgt_lens, max_len, report, line_numbers)` runs on the
+   tokenized survivors (`line_numbers[i]` is the file line of survivor `i`) and keeps
+   those whose both sides have at most `max_len` tokens.
+3. `report.summary("train")` gives one human-readable line for the log.
 
-Batching: token-id sequences are ``list[int]`` without special tokens. :func:`collate` adds
-BOS/EOS and padding; :func:`token_batches` groups examples of similar length under a token
+Batching: token-id sequences are `list[int]` without special tokens. `collate` adds
+BOS/EOS and padding; `token_batches` groups examples of similar length under a token
 budget (a pure function of its arguments, so resuming and sharding are reproducible);
-:func:`sentence_batches` groups sentences for inference.
+`sentence_batches` groups sentences for inference.
 """
 
 from __future__ import annotations
@@ -65,11 +65,10 @@ class DataError(ValueError):
 
 
 def find_split_file(root: Path, split: str, lang: str) -> Path:
-    """Return ``root/{split}.{lang}`` or ``root/{split}.{lang}.gz`` (plain preferred).
+    """`root/{split}.{lang}` or `root/{split}.{lang}.gz` (plain preferred).
 
-    Raises:
-        DataError: neither exists; the message lists both candidates, what the folder
-            does contain (or that it is missing) and how to fix it.
+    Neither existing is a DataError that lists both candidates, what the folder does contain
+    (or that it is missing) and how to fix it.
     """
     root = Path(root)
     plain = root / f"{split}.{lang}"
@@ -94,7 +93,7 @@ def find_split_file(root: Path, split: str, lang: str) -> Path:
 
 
 def _is_utf8(data: bytes) -> bool:
-    """Whether ``data`` decodes as strict UTF-8."""
+    """Whether `data` decodes as strict UTF-8."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
@@ -103,9 +102,9 @@ def _is_utf8(data: bytes) -> bool:
 
 
 def _read_bytes(path: Path) -> bytes:
-    """Return the (decompressed) bytes of ``path``; gzip is detected by its magic bytes.
+    """Return the (decompressed) bytes of `path`; gzip is detected by its magic bytes.
 
-    A file named ``.gz`` without a gzip header is read as plain text if it is valid UTF-8.
+    A file named `.gz` without a gzip header is read as plain text if it is valid UTF-8.
     """
     try:
         raw = path.read_bytes()
@@ -145,14 +144,11 @@ def decode_text(path: Path | str, data: bytes) -> str:
 
 
 def read_lines(path: Path, allow_empty: bool = False) -> list[str]:
-    """Read a plain or gzip-compressed UTF-8 text file into a list of lines.
+    """The lines of a plain or gzip-compressed UTF-8 text file.
 
-    Only the line terminator (``\\n`` or ``\\r\\n``) is removed; other whitespace is kept.
-    A UTF-8 byte-order mark at the start of the file is dropped.
-
-    Raises:
-        DataError: missing file, corrupt gzip, invalid UTF-8 or (unless ``allow_empty``, which
-            gives ``[]``) an empty file.
+    Only the line terminator ("\\n" or "\\r\\n") is removed; other whitespace is kept. A
+    UTF-8 byte-order mark at the start of the file is dropped. A missing file, corrupt gzip,
+    invalid UTF-8 or (unless `allow_empty`, which gives []) an empty file is a DataError.
     """
     path = Path(path)
     text = decode_text(path, _read_bytes(path))
@@ -171,11 +167,8 @@ def split_lines(text: str) -> list[str]:
 
 
 def read_parallel(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
-    """Read two line-aligned files into ``(source, target)`` pairs.
-
-    Raises:
-        DataError: either file is unreadable, or their line counts differ.
-    """
+    """(source, target) pairs of two line-aligned files; a DataError when either file is
+    unreadable or their line counts differ."""
     src = read_lines(src_path)
     tgt = read_lines(tgt_path)
     if len(src) != len(tgt):
@@ -211,7 +204,7 @@ class FilterReport:
         return self.total - len(self.empty) - len(self.too_long)
 
     def summary(self, name: str) -> str:
-        """One log line, e.g. ``train: kept 28990/29000 pairs; removed 4 empty (lines ...)``."""
+        """One log line, e.g. `train: kept 28990/29000 pairs; removed 4 empty (lines ...)`."""
         text = f"{name}: kept {self.kept}/{self.total} pairs"
         parts = []
         if self.empty:
@@ -227,8 +220,8 @@ class FilterReport:
 def drop_empty(pairs: Sequence[tuple[str, str]]) -> tuple[list[int], FilterReport]:
     """Return the indices of pairs whose both sides contain non-whitespace text.
 
-    The returned report has ``total == len(pairs)`` and the 1-based line numbers of the
-    removed pairs in ``report.empty``.
+    The returned report has `total == len(pairs)` and the 1-based line numbers of the
+    removed pairs in `report.empty`.
     """
     kept: list[int] = []
     empty: list[int] = []
@@ -247,10 +240,10 @@ def drop_long(
     report: FilterReport,
     line_numbers: Sequence[int],
 ) -> list[int]:
-    """Return positions whose source and target both have at most ``max_len`` tokens.
+    """Return positions whose source and target both have at most `max_len` tokens.
 
-    ``line_numbers[i]`` is the 1-based file line of position ``i``; removed ones are
-    appended to ``report.too_long`` and ``report.max_len`` is set.
+    `line_numbers[i]` is the 1-based file line of position `i`; removed ones are
+    appended to `report.too_long` and `report.max_len` is set.
     """
     if not len(src_lens) == len(tgt_lens) == len(line_numbers):
         raise ValueError(
@@ -275,10 +268,10 @@ class Batch:
     """A padded batch of examples.
 
     Attributes:
-        src: ``(B, S)`` source ids followed by EOS, right-padded with PAD.
-        tgt_in: ``(B, T)`` BOS followed by target ids (decoder input), right-padded.
-        tgt_out: ``(B, T)`` target ids followed by EOS (decoder labels), right-padded.
-        index: ``(B,)`` position of each example in the dataset.
+        src: `(B, S)` source ids followed by EOS, right-padded with PAD.
+        tgt_in: `(B, T)` BOS followed by target ids (decoder input), right-padded.
+        tgt_out: `(B, T)` target ids followed by EOS (decoder labels), right-padded.
+        index: `(B,)` position of each example in the dataset.
     """
 
     src: torch.Tensor
@@ -297,7 +290,7 @@ class Batch:
         return int((self.tgt_out != PAD_ID).sum())
 
     def to(self, device: torch.device | str) -> Batch:
-        """Return a copy with every tensor moved to ``device``."""
+        """Return a copy with every tensor moved to `device`."""
         return Batch(
             src=self.src.to(device, non_blocking=True),
             tgt_in=self.tgt_in.to(device, non_blocking=True),
@@ -307,13 +300,13 @@ class Batch:
 
 
 def _pad(rows: list[list[int]]) -> torch.Tensor:
-    """Right-pad rows with PAD into a ``(len(rows), longest)`` long tensor."""
+    """Right-pad rows with PAD into a `(len(rows), longest)` long tensor."""
     width = max(len(row) for row in rows)
     return torch.tensor([row + [PAD_ID] * (width - len(row)) for row in rows], dtype=torch.long)
 
 
 def collate(index: Sequence[int], src: Sequence[list[int]], tgt: Sequence[list[int]]) -> Batch:
-    """Build a :class:`Batch` from the examples ``index`` of the full lists ``src``/``tgt``."""
+    """Build a `Batch` from the examples `index` of the full lists `src`/`tgt`."""
     if not index:
         raise ValueError("collate: empty batch")
     src_rows = [list(src[i]) + [EOS_ID] for i in index]
@@ -338,17 +331,17 @@ def token_batches(
 ) -> list[list[int]]:
     """Group example indices into length-bucketed batches under a token budget.
 
-    Examples are sorted by ``(max(src_len, tgt_len), tgt_len, src_len)``: by the width that
+    Examples are sorted by `(max(src_len, tgt_len), tgt_len, src_len)`: by the width that
     the budget counts, then so that a batch's targets and then sources are alike (on Multi30k
     with 4096 / 8192 tokens, 96% / 94% of the padded source + target tokens are real, against
-    93% / 90% sorted by ``(tgt_len, src_len)``). When ``shuffle`` ties are broken by a random
-    order drawn from ``(seed, epoch)``, otherwise by index. Batches are cut greedily so that
-    ``len(batch) * (max(src_len, tgt_len) + 1) <= max_tokens`` (the ``+ 1`` is the BOS/EOS); an
-    example over budget on its own forms a batch by itself. With ``shuffle`` the order of the
-    batches is then shuffled from ``(seed, epoch)``.
+    93% / 90% sorted by `(tgt_len, src_len)`). When `shuffle` ties are broken by a random
+    order drawn from `(seed, epoch)`, otherwise by index. Batches are cut greedily so that
+    `len(batch) * (max(src_len, tgt_len) + 1) <= max_tokens` (the `+ 1` is the BOS/EOS); an
+    example over budget on its own forms a batch by itself. With `shuffle` the order of the
+    batches is then shuffled from `(seed, epoch)`.
 
     A pure function: the same arguments always give the same batches (only a local
-    ``random.Random`` is used), which resuming and multi-GPU sharding rely on.
+    `random.Random` is used), which resuming and multi-GPU sharding rely on.
     """
     if len(src_lens) != len(tgt_lens):
         raise ValueError(f"token_batches: {len(src_lens)} source vs {len(tgt_lens)} target lengths")
@@ -378,7 +371,7 @@ def token_batches(
 
 
 def sentence_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Cut indices sorted by length (longest first) into batches of ``batch_size``.
+    """Cut indices sorted by length (longest first) into batches of `batch_size`.
 
     Used for inference; callers put outputs back in input order with the indices.
     """

@@ -122,8 +122,10 @@ class Throughput:
         """train/mfu (when the peak is known), train/padding_efficiency and train/tflops since
         the last call; starts a new window."""
         elapsed = max(time.monotonic() - self.start, 1e-9)
-        out = {"tflops": self.flops / elapsed / 1e12,
-               "padding_efficiency": self.real / max(self.padded, 1.0)}  # fmt: skip
+        out = {
+            "tflops": self.flops / elapsed / 1e12,
+            "padding_efficiency": self.real / max(self.padded, 1.0),
+        }
         if self.peak > 0:
             out["mfu"] = self.flops / elapsed / self.peak
         self.flops = self.real = self.padded = 0.0

@@ -64,5 +64,7 @@ def summary(info: dict[str, object]) -> str:
     (and the GPU)."""
     vendor = f" ({info['cpu_vendor']})" if info.get("cpu_vendor") else ""
     gpu = f", {info['gpu']}" if info.get("gpu") else ""
-    return (f"{info['cpu_model']}{vendor}, {info['cores']} cores, torch {info['torch']} "
-            f"({info['threads']} threads){gpu}, Python {info['python']}")  # fmt: skip
+    return (
+        f"{info['cpu_model']}{vendor}, {info['cores']} cores, torch {info['torch']} "
+        f"({info['threads']} threads){gpu}, Python {info['python']}"
+    )

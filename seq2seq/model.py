@@ -35,9 +35,14 @@ class EncoderDecoder(nn.Module):
     ) -> None:
         super().__init__()
         spec = LayerSpec(
-            cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attn_dropout, cfg.ffn_dropout,
+            cfg.d_model,
+            cfg.n_heads,
+            cfg.d_ff,
+            cfg.dropout,
+            cfg.attn_dropout,
+            cfg.ffn_dropout,
             cfg.norm_first,
-        )  # fmt: skip
+        )
         self.cfg, self.scale = cfg, math.sqrt(cfg.d_model)
         self.src_embed = nn.Embedding(src_vocab, cfg.d_model, padding_idx=PAD_ID)
         if cfg.share_embeddings:

@@ -8,13 +8,20 @@ the run's own model and batches before training; on CUDA, bf16 is taken where th
 
 from __future__ import annotations
 
+import copy
+import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 
+from seq2seq.checkpoint import restore_rng, rng_state
 from seq2seq.config import Precision
+from seq2seq.distributed import broadcast
+
+log = logging.getLogger(__name__)
 
 CANDIDATES = (Precision.fp32, Precision.bf16)  # what auto chooses between on a CPU
 TIMED_ROUNDS = 3  # timed steps per candidate, after one untimed warm-up step each
@@ -49,3 +56,52 @@ def device_default(device: torch.device) -> Precision | None:
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return Precision.bf16
     return Precision.fp32
+
+
+def resolve(
+    asked: Precision,
+    resumed: str,
+    device: torch.device,
+    timing: Callable[[], dict[Precision, float]],
+) -> tuple[Precision, dict[str, float]]:
+    """The precision to train in, and auto's step times on a CPU (else {}): `asked` unless it
+    is auto; auto keeps a resumed run's choice (`resumed`, "" for a new run), takes
+    device_default on a GPU, and on a CPU calls `timing` and keeps the faster (rank 0's choice
+    binds every rank)."""
+    if asked != Precision.auto:
+        return asked, {}
+    if resumed:
+        log.info("precision auto: %s, as chosen when the run started", resumed)
+        return Precision(resumed), {}
+    chosen = device_default(device)
+    if chosen is not None:
+        log.info("precision auto: %s on %s", chosen.value, device)
+        return chosen, {}
+    times = {p.value: s for p, s in timing().items()}
+    chosen = broadcast(faster({Precision(p): s for p, s in times.items()}))
+    shown = ", ".join(f"{p} {s:.4f}" for p, s in times.items())
+    log.info("precision auto: %s on this CPU (s/step: %s)", chosen.value, shown)
+    return chosen, times
+
+
+@contextmanager
+def no_trace(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> Iterator[None]:
+    """Steps taken inside leave no trace: the weights, optimizer and schedule states and the
+    random generators are put back on the way out."""
+    saved = (
+        copy.deepcopy(model.state_dict()),
+        copy.deepcopy(optimizer.state_dict()),
+        scheduler.state_dict(),
+        rng_state(),
+    )
+    try:
+        yield
+    finally:
+        model.load_state_dict(saved[0])
+        optimizer.load_state_dict(saved[1])
+        scheduler.load_state_dict(saved[2])
+        restore_rng(saved[3])

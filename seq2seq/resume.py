@@ -142,8 +142,9 @@ def check_compatible(saved: dict[str, Any], cfg: TrainConfig, source: Path) -> N
             f"({type(err).__name__}: {str(err).splitlines()[0]}); start a new run"
         ) from err
     if changes:
-        listed = "; ".join(f"{key}: {old!r} in the checkpoint, {new!r} now" for key, old, new
-                           in changes)  # fmt: skip
+        listed = "; ".join(
+            f"{key}: {old!r} in the checkpoint, {new!r} now" for key, old, new in changes
+        )
         raise ResumeError(
             f"cannot resume from {source}: the config differs in settings that would change the "
             f"run ({listed}). Restore them, or start a new run in another hydra.run.dir. "

@@ -101,5 +101,8 @@ def check_free_space(folder: Path, checkpoint_bytes: int, keep: int) -> None:
     if free < keep * checkpoint_bytes:
         log.warning(
             "%s: %s free; the %d checkpoints this run keeps need about %s",
-            folder, mib(free), keep, mib(keep * checkpoint_bytes),
-        )  # fmt: skip
+            folder,
+            mib(free),
+            keep,
+            mib(keep * checkpoint_bytes),
+        )

@@ -1,14 +1,14 @@
 """Tokenizers for source and target text, trained on the training split and cached on disk.
 
-Four kinds share one interface (:class:`Tokenizer`) and the same four special ids:
+Four kinds share one interface (`Tokenizer`) and the same four special ids:
 
-* ``bpe`` and ``unigram``: SentencePiece subword models (:class:`SentencePieceTokenizer`);
-* ``word``: whitespace-separated words (:class:`VocabTokenizer`);
-* ``char``: single characters, spaces included (:class:`VocabTokenizer`).
+* `bpe` and `unigram`: SentencePiece subword models (`SentencePieceTokenizer`);
+* `word`: whitespace-separated words (`VocabTokenizer`);
+* `char`: single characters, spaces included (`VocabTokenizer`).
 
-A tokenizer's :meth:`~Tokenizer.state` holds only plain values (str, int, bytes, lists), so it
-can be stored inside a checkpoint that is read back with ``torch.load(weights_only=True)``, and
-:func:`tokenizer_from_state` rebuilds the tokenizer from it.
+A tokenizer's `Tokenizer.state()` holds only plain values (str, int, bytes, lists), so it
+can be stored inside a checkpoint that is read back with `torch.load(weights_only=True)`, and
+`tokenizer_from_state` rebuilds the tokenizer from it.
 """
 
 from __future__ import annotations
@@ -49,24 +49,24 @@ class Tokenizer(Protocol):
         ...
 
     def encode(self, text: str) -> list[int]:
-        """Ids of ``text``, without BOS/EOS."""
+        """Ids of `text`, without BOS/EOS."""
         ...
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """``[encode(t) for t in texts]``, possibly faster."""
+        """`[encode(t) for t in texts]`, possibly faster."""
         ...
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids``: PAD and BOS are skipped, everything from the first EOS is dropped."""
+        """Text of `ids`: PAD and BOS are skipped, everything from the first EOS is dropped."""
         ...
 
     def state(self) -> dict[str, object]:
-        """Plain-valued description that :func:`tokenizer_from_state` turns into a tokenizer."""
+        """Plain-valued description that `tokenizer_from_state` turns into a tokenizer."""
         ...
 
 
 def _content_ids(ids: Iterable[int]) -> list[int]:
-    """``ids`` as ints without PAD/BOS, cut at the first EOS."""
+    """`ids` as ints without PAD/BOS, cut at the first EOS."""
     out: list[int] = []
     for raw in ids:
         i = int(raw)
@@ -80,7 +80,7 @@ def _content_ids(ids: Iterable[int]) -> list[int]:
 class SentencePieceTokenizer:
     """Subword tokenizer backed by a SentencePiece model (Kudo & Richardson 2018).
 
-    ``kind="bpe"`` is byte-pair encoding (Sennrich et al. 2016); ``kind="unigram"`` is the unigram
+    `kind="bpe"` is byte-pair encoding (Sennrich et al. 2016); `kind="unigram"` is the unigram
     language model of Kudo (2018). The serialized model proto is the whole state.
     """
 
@@ -107,11 +107,11 @@ class SentencePieceTokenizer:
         return int(self._sp.get_piece_size())
 
     def id_to_token(self, token_id: int) -> str:
-        """The piece of ``token_id`` (``"▁"`` marks a word start)."""
+        """The piece of `token_id` (`"▁"` marks a word start)."""
         return str(self._sp.id_to_piece(int(token_id)))
 
     def encode(self, text: str) -> list[int]:
-        """Piece ids of ``text`` (after SentencePiece's NFKC/whitespace normalisation)."""
+        """Piece ids of `text` (after SentencePiece's NFKC/whitespace normalisation)."""
         return list(self._sp.encode(text, out_type=int))
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -119,13 +119,13 @@ class SentencePieceTokenizer:
         return [list(ids) for ids in self._sp.encode(list(texts), out_type=int)]
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Detokenized text; out-of-range ids render as unknown (``⁇``)."""
+        """Detokenized text; out-of-range ids render as unknown (`⁇`)."""
         size = self.vocab_size
         content = [i if 0 <= i < size else UNK_ID for i in _content_ids(ids)]
         return str(self._sp.decode(content))
 
     def state(self) -> dict[str, object]:
-        """``{"kind": ..., "model": <serialized model proto bytes>}``."""
+        """`{"kind": ..., "model": <serialized model proto bytes>}`."""
         return {"kind": self.kind, "model": self._proto}
 
     def __reduce__(self) -> tuple[type[SentencePieceTokenizer], tuple[str, bytes]]:
@@ -143,10 +143,10 @@ _JOINERS: dict[str, Callable[[Iterable[str]], str]] = {
 
 
 class VocabTokenizer:
-    """Tokenizer with an explicit token list: whitespace words (``word``) or characters (``char``).
+    """Tokenizer with an explicit token list: whitespace words (`word`) or characters (`char`).
 
-    ``tokens[i]`` is the token of id ``i``; the first four are :data:`SPECIAL_TOKENS`. Special
-    tokens are never produced from text (a literal ``"<s>"`` word encodes to UNK).
+    `tokens[i]` is the token of id `i`; the first four are `SPECIAL_TOKENS`. Special
+    tokens are never produced from text (a literal `"<s>"` word encodes to UNK).
     """
 
     def __init__(self, kind: str, tokens: Sequence[str]) -> None:
@@ -168,20 +168,20 @@ class VocabTokenizer:
         return len(self._tokens)
 
     def id_to_token(self, token_id: int) -> str:
-        """The token string of ``token_id``."""
+        """The token string of `token_id`."""
         return self._tokens[int(token_id)]
 
     def encode(self, text: str) -> list[int]:
-        """Ids of the words/characters of ``text``; unseen ones map to :data:`UNK_ID`."""
+        """Ids of the words/characters of `text`; unseen ones map to `UNK_ID`."""
         index = self._index
         return [index.get(tok, UNK_ID) for tok in self._split(text)]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """``[encode(t) for t in texts]``."""
+        """`[encode(t) for t in texts]`."""
         return [self.encode(t) for t in texts]
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Words joined by single spaces (``word``) or characters concatenated (``char``)."""
+        """Words joined by single spaces (`word`) or characters concatenated (`char`)."""
         tokens = self._tokens
         special = len(SPECIAL_TOKENS)
         return self._join(
@@ -189,7 +189,7 @@ class VocabTokenizer:
         )
 
     def state(self) -> dict[str, object]:
-        """``{"kind": ..., "tokens": [token of id 0, token of id 1, ...]}``."""
+        """`{"kind": ..., "tokens": [token of id 0, token of id 1, ...]}`."""
         return {"kind": self.kind, "tokens": list(self._tokens)}
 
     def __repr__(self) -> str:
@@ -199,8 +199,8 @@ class VocabTokenizer:
 def build_vocab(
     kind: str, texts: Iterable[str], *, vocab_size: int, min_freq: int = 1
 ) -> VocabTokenizer:
-    """Counts words/characters of ``texts``; keeps the ``vocab_size`` most frequent (specials
-    included) seen at least ``min_freq`` times, ties broken by token string."""
+    """Counts words/characters of `texts`; keeps the `vocab_size` most frequent (specials
+    included) seen at least `min_freq` times, ties broken by token string."""
     if kind not in VOCAB_KINDS:
         raise ValueError(f"vocabulary kind must be one of {VOCAB_KINDS}, got {kind!r}")
     split = _SPLITTERS[kind]
@@ -216,9 +216,9 @@ def build_vocab(
 def train_sentencepiece(
     kind: str, texts: Iterable[str], *, vocab_size: int, character_coverage: float = 1.0
 ) -> SentencePieceTokenizer:
-    """Trains a SentencePiece ``bpe``/``unigram`` model in memory, with the fixed special ids.
+    """Trains a SentencePiece `bpe`/`unigram` model in memory, with the fixed special ids.
 
-    ``hard_vocab_limit=False`` lets a small corpus yield fewer pieces than ``vocab_size``. Training
+    `hard_vocab_limit=False` lets a small corpus yield fewer pieces than `vocab_size`. Training
     is single-threaded: multithreaded unigram training gives thread-count-dependent pieces, and one
     thread is fast enough (about a second for Multi30k at 8000 pieces).
     """
@@ -281,7 +281,7 @@ _TRAINERS: dict[str, Callable[[Sequence[str], int, int, float], Tokenizer]] = {
 
 
 def tokenizer_from_state(state: dict[str, object]) -> Tokenizer:
-    """Rebuilds a tokenizer from :meth:`Tokenizer.state`."""
+    """Rebuilds a tokenizer from `Tokenizer.state()`."""
     kind = state.get("kind")
     if kind in SENTENCEPIECE_KINDS:
         model = state.get("model")
@@ -297,14 +297,14 @@ def tokenizer_from_state(state: dict[str, object]) -> Tokenizer:
 
 
 def _settings(kind: str, vocab_size: int, min_freq: int, coverage: float) -> dict[str, object]:
-    """The settings that influence training of ``kind`` (and so belong in the cache key)."""
+    """The settings that influence training of `kind` (and so belong in the cache key)."""
     if kind in SENTENCEPIECE_KINDS:
         return {"kind": kind, "vocab_size": vocab_size, "character_coverage": coverage}
     return {"kind": kind, "vocab_size": vocab_size, "min_freq": min_freq}
 
 
 def cache_path(cache_dir: Path, settings: dict[str, object], texts: Sequence[str]) -> Path:
-    """Where the tokenizer trained with ``settings`` on ``texts`` is cached: a sha256 of both."""
+    """Where the tokenizer trained with `settings` on `texts` is cached: a sha256 of both."""
     digest = hashlib.sha256()
     header = {"format": _CACHE_FORMAT, **settings}
     digest.update(json.dumps(header, sort_keys=True).encode("utf-8"))
@@ -317,7 +317,7 @@ def cache_path(cache_dir: Path, settings: dict[str, object], texts: Sequence[str
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Writes ``data`` to ``path`` via a temporary file, so readers never see a partial file."""
+    """Writes `data` to `path` via a temporary file, so readers never see a partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as handle:
         handle.write(data)
@@ -372,10 +372,10 @@ def build_tokenizers(
     min_freq: int = 1,
     character_coverage: float = 1.0,
 ) -> tuple[Tokenizer, Tokenizer]:
-    """Trains (or loads from ``cache_dir``) the (source, target) tokenizers.
+    """Trains (or loads from `cache_dir`) the (source, target) tokenizers.
 
-    ``joint=True`` trains one tokenizer on both sides and returns it twice (the same object).
-    ``min_freq`` applies to ``word``/``char`` only, ``character_coverage`` to ``bpe``/``unigram``
+    `joint=True` trains one tokenizer on both sides and returns it twice (the same object).
+    `min_freq` applies to `word`/`char` only, `character_coverage` to `bpe`/`unigram`
     only; the cache key holds the kind, the settings that apply to it, and the texts.
     """
     if kind not in _TRAINERS:

@@ -131,18 +131,29 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
         average, sources = average_last(trainer.ckpt_dir, trainer.cfg.trainer.average_last)
         summary["test_average"] = trainer.test(average, ".average")
         summary["averaged"] = [p.name for p in sources]
-    return {**summary, "best_valid_bleu": s.best_bleu, "steps": s.step,
-            "skipped_steps": s.skipped_steps, "train_minutes": fit_seconds / 60,
-            "params": trainer.model.num_params(), "precision": trainer.precision.value,
-            "precision_s_per_step": trainer.precision_times,
-            "train_tokens_per_s": (s.tokens - start_tokens) / fit_seconds}  # fmt: skip
+    return {
+        **summary,
+        "best_valid_bleu": s.best_bleu,
+        "steps": s.step,
+        "skipped_steps": s.skipped_steps,
+        "train_minutes": fit_seconds / 60,
+        "params": trainer.model.num_params(),
+        "precision": trainer.precision.value,
+        "precision_s_per_step": trainer.precision_times,
+        "train_tokens_per_s": (s.tokens - start_tokens) / fit_seconds,
+    }
 
 
 # Failures with a message that says what to do: main prints the message, not a traceback.
 USER_ERRORS = (
-    ConfigError, RunDirError, ResumeError, CheckpointError, NonFiniteLossError, DataError,
+    ConfigError,
+    RunDirError,
+    ResumeError,
+    CheckpointError,
+    NonFiniteLossError,
+    DataError,
     DistributedSetupError,
-)  # fmt: skip
+)
 
 register_configs()
 

@@ -15,7 +15,6 @@ their tokenizers. It reads no corpus from disk; build.build_trainer does that fr
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import math
 import signal
@@ -49,7 +48,7 @@ from seq2seq.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.interrupt import StopSignals, TrainingInterrupted
 from seq2seq.metrics import Window, validate
 from seq2seq.model import EncoderDecoder
-from seq2seq.precision import device_default, faster, time_precisions
+from seq2seq.precision import no_trace, resolve, time_precisions
 from seq2seq.resume import Resume, ResumeError
 from seq2seq.scoring import format_scores, score
 from seq2seq.search import translate_ids
@@ -58,8 +57,11 @@ from seq2seq.tokenizer import PAD_ID, Tokenizer
 
 log = logging.getLogger(__name__)
 # the dtype each trainer.precision computes its matmuls in (autocast's, and for the MFU's peak)
-DTYPES = {Precision.fp32: torch.float32, Precision.bf16: torch.bfloat16,
-          Precision.fp16: torch.float16}  # fmt: skip
+DTYPES = {
+    Precision.fp32: torch.float32,
+    Precision.bf16: torch.bfloat16,
+    Precision.fp16: torch.float16,
+}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -116,28 +118,35 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(enabled=t.precision == Precision.fp16)
         self.state = TrainState(world_size=self.dist.world)
         self.precision = t.precision  # auto is resolved below, once the model can take steps
-        self.precision_times: dict[str, float] = {}  # auto's timing on a CPU: s/step each
         self.ckpt_dir = run_dir / "checkpoints"
         self.saved: tuple[Path, int] | None = None  # the newest checkpoint written, and its step
         self._batches: tuple[int, list[list[int]]] = (-1, [])
         if resume is not None:
             self.restore(*resume)  # last: it sets the random generators
         self.wrap_model()
-        self.precision = self.state_precision()
+        # the precision trained in, and auto's s/step of each candidate (when it timed them)
+        self.precision, self.precision_times = resolve(
+            t.precision, self.state.precision, self.device, self.time_precisions
+        )
         self.state.precision = self.precision.value
         self.open_meters()
         log.info(
             "model: %d parameters; vocab %d/%d; train %d pairs; device %s; precision %s",
-            self.model.num_params(), self.src_tok.vocab_size, self.tgt_tok.vocab_size,
-            len(self.train_data), self.device, self.precision.value,
-        )  # fmt: skip
+            self.model.num_params(),
+            self.src_tok.vocab_size,
+            self.tgt_tok.vocab_size,
+            len(self.train_data),
+            self.device,
+            self.precision.value,
+        )
 
     def open_meters(self) -> None:
         """The FLOP counter and throughput meter (MFU against the precision's peak), and, on
         rank 0 alone, train_log.jsonl and TensorBoard, continuing where the checkpoint was."""
         m, t = self.cfg.model, self.cfg.trainer
-        self.flops = FlopCounter(self.model, m.d_model, (m.enc_layers, m.dec_layers),
-                                 self.tgt_tok.vocab_size)  # fmt: skip
+        self.flops = FlopCounter(
+            self.model, m.d_model, (m.enc_layers, m.dec_layers), self.tgt_tok.vocab_size
+        )
         peak = peak_tflops(self.device, t.peak_tflops, DTYPES[self.precision])
         peak *= 1e12 * self.dist.world
         self.throughput = Throughput(peak)
@@ -200,33 +209,9 @@ class Trainer:
         s = self.state
         log.info("resumed from %s: step %d, epoch %d, batch %d", path, s.step, s.epoch, s.batch)
 
-    def state_precision(self) -> Precision:
-        """trainer.precision, with auto resolved: a resumed run keeps the precision it started
-        with; a new run on a CPU times real steps in fp32 and bf16 (rank 0's choice binds all
-        ranks); on a GPU, bf16 where supported."""
-        asked = self.cfg.trainer.precision
-        if asked != Precision.auto:
-            return asked
-        if self.state.precision:
-            log.info("precision auto: %s, as chosen when the run started", self.state.precision)
-            return Precision(self.state.precision)
-        chosen = device_default(self.device)
-        if chosen is not None:
-            log.info("precision auto: %s on %s", chosen.value, self.device)
-            return chosen
-        times = self.time_precisions()
-        chosen = broadcast(faster(times))
-        self.precision_times = {p.value: s for p, s in times.items()}
-        log.info("precision auto: %s on this CPU (s/step: %s)", chosen.value,
-                 ", ".join(f"{p} {s:.4f}" for p, s in self.precision_times.items()))  # fmt: skip
-        return chosen
-
     def time_precisions(self) -> dict[Precision, float]:
-        """Seconds per training step in each candidate precision, on this run's first batches;
-        the weights, optimizer, schedule and random generators are put back afterwards, so the
-        run goes on as if no step had been taken."""
-        saved = (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.optimizer.state_dict()),
-                 self.scheduler.state_dict(), rng_state())  # fmt: skip
+        """Seconds per training step in each candidate precision, on this run's first batches
+        (trainer.precision=auto); the run goes on as if no step had been taken."""
         t = self.cfg.trainer
         batches = self.epoch_batches(0)
         first = [batches[i : i + t.accum_steps] for i in range(0, 2 * t.accum_steps, t.accum_steps)]
@@ -236,13 +221,8 @@ class Trainer:
             self.precision = precision
             self.probe_step(groups[round_ % len(groups)])
 
-        try:
+        with no_trace(self.model, self.optimizer, self.scheduler):
             return time_precisions(step)
-        finally:
-            self.model.load_state_dict(saved[0])
-            self.optimizer.load_state_dict(saved[1])
-            self.scheduler.load_state_dict(saved[2])
-            restore_rng(saved[3])
 
     def probe_step(self, group: list[Batch]) -> None:
         """A training step's work (forward, loss, backward, clipping, AdamW) without its
@@ -304,10 +284,15 @@ class Trainer:
         grad_norm = float(
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
         )
-        stats = {"loss": loss_sum / total_tokens, "nll": nll_sum / total_tokens,
-                 "lr": self.optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
-                 "tokens": total_tokens, "flops": counts["flops"],
-                 "padding_efficiency": counts["real"] / counts["padded"]}  # fmt: skip
+        stats = {
+            "loss": loss_sum / total_tokens,
+            "nll": nll_sum / total_tokens,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "grad_norm": grad_norm,
+            "tokens": total_tokens,
+            "flops": counts["flops"],
+            "padding_efficiency": counts["real"] / counts["padded"],
+        }
         # with fp16 the grad scaler itself skips steps with overflowing gradients
         finite_grad = math.isfinite(grad_norm) or self.scaler.is_enabled()
         if not (math.isfinite(loss_sum) and finite_grad):
@@ -332,12 +317,24 @@ class Trainer:
         log.warning(
             "step %d: non-finite loss (%s) or gradient norm (%s); optimizer step skipped "
             "(%d in a row, %d in all)",
-            s.step + 1, stats["loss"], stats["grad_norm"], s.bad_streak, s.skipped_steps,
-        )  # fmt: skip
+            s.step + 1,
+            stats["loss"],
+            stats["grad_norm"],
+            s.bad_streak,
+            s.skipped_steps,
+        )
         self.writer.add_scalar("train/skipped_steps", s.skipped_steps, s.step)
-        self.steplog.write({"type": "skip", "step": s.step, "epoch": s.epoch, "batch": s.batch,
-                            "loss": stats["loss"], "grad_norm": stats["grad_norm"],
-                            "streak": s.bad_streak})  # fmt: skip
+        self.steplog.write(
+            {
+                "type": "skip",
+                "step": s.step,
+                "epoch": s.epoch,
+                "batch": s.batch,
+                "loss": stats["loss"],
+                "grad_norm": stats["grad_norm"],
+                "streak": s.bad_streak,
+            }
+        )
         if s.bad_streak >= limit:
             intact = (
                 f"the last checkpoint {self.saved[0]} (step {self.saved[1]}) is intact"
@@ -361,9 +358,11 @@ class Trainer:
         if s.epoch >= t.max_epochs:
             return f"max_epochs={t.max_epochs} reached"
         if t.patience and s.stale_validations >= t.patience:
-            return (f"early stopping: no BLEU gain in {s.stale_validations} validations "
-                    f"(trainer.patience={t.patience}; best {s.best_bleu:.2f} at step "
-                    f"{s.best_step})")  # fmt: skip
+            return (
+                f"early stopping: no BLEU gain in {s.stale_validations} validations "
+                f"(trainer.patience={t.patience}; best {s.best_bleu:.2f} at step "
+                f"{s.best_step})"
+            )
         if t.max_minutes and time.monotonic() - started > 60 * t.max_minutes:
             return f"max_minutes={t.max_minutes} reached"
         return None
@@ -437,10 +436,23 @@ class Trainer:
         if not improved:
             note = f" (best {s.best_bleu:.2f} at step {s.best_step}; {s.stale_validations} "
             note += f"without gain, patience {patience})" if patience else "without gain)"
-        log.info("step %d: valid loss %.3f ppl %.2f BLEU %.2f%s", s.step, metrics["loss"],
-                 metrics["ppl"], metrics["bleu"], note)  # fmt: skip
-        self.steplog.write({"type": "valid", "step": s.step, **metrics, "best_bleu": s.best_bleu,
-                            "stale_validations": s.stale_validations})  # fmt: skip
+        log.info(
+            "step %d: valid loss %.3f ppl %.2f BLEU %.2f%s",
+            s.step,
+            metrics["loss"],
+            metrics["ppl"],
+            metrics["bleu"],
+            note,
+        )
+        self.steplog.write(
+            {
+                "type": "valid",
+                "step": s.step,
+                **metrics,
+                "best_bleu": s.best_bleu,
+                "stale_validations": s.stale_validations,
+            }
+        )
         self.save(improved)
 
     def log_positional_images(self, step: int) -> None:
@@ -450,8 +462,9 @@ class Trainer:
             if image is not None:
                 image = image.detach().float().cpu()
                 span = (image.max() - image.min()).clamp(min=1e-8)
-                self.writer.add_image(f"positional/{side}", (image - image.min()) / span, step,
-                                      dataformats="HW")  # fmt: skip
+                self.writer.add_image(
+                    f"positional/{side}", (image - image.min()) / span, step, dataformats="HW"
+                )
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Everything a run needs to resume exactly, as tensors and plain values."""

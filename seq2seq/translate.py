@@ -55,8 +55,11 @@ def translate_lines(
         shown = ", ".join(map(str, long[:5])) + (", ..." if len(long) > 5 else "")
         log.warning(
             "%d input lines exceed %d tokens (data.max_len of the model) and are truncated to "
-            "it: lines %s", len(long), max_len, shown,
-        )  # fmt: skip
+            "it: lines %s",
+            len(long),
+            max_len,
+            shown,
+        )
     hyps = translate_ids(model, ids, cfg.decode, train_cfg.data.max_len)
     out = []
     for line, nbest in zip(lines, hyps, strict=True):

@@ -45,15 +45,24 @@ assert not heavy, f"loaded: {{heavy[:10]}}"
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
     """`code` in a fresh interpreter with benchmarks/ on sys.path."""
     prelude = f"import sys\nsys.path.insert(0, {str(BENCH)!r})\n"
-    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True,
-                          check=False, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
 
 
 def test_ct2_worker_never_imports_torch(tmp_path: Path) -> None:
     """decode.py --worker ct2_float32 greedy_forced, end to end up to CTranslate2's calls."""
-    inputs = {"src_ids": [[4, 5], [5]], "batches": [[0, 1]], "threads": 1,
-              "vocab": ["<blank>", "<s>", "</s>", "<unk>", "a", "b", "<pad>"],
-              "paths": {"ct2_float32": str(tmp_path)}}  # fmt: skip
+    inputs = {
+        "src_ids": [[4, 5], [5]],
+        "batches": [[0, 1]],
+        "threads": 1,
+        "vocab": ["<blank>", "<s>", "</s>", "<unk>", "a", "b", "<pad>"],
+        "paths": {"ct2_float32": str(tmp_path)},
+    }
     path = tmp_path / "inputs.json"
     path.write_text(json.dumps(inputs))
     argv = ["decode.py", "--worker", "ct2_float32", "greedy_forced", str(path)]
@@ -69,8 +78,10 @@ def test_ct2_worker_never_imports_torch(tmp_path: Path) -> None:
 @pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None, reason="no ctranslate2")
 def test_real_ctranslate2_import_brings_no_torch() -> None:
     """With the real ctranslate2: it, and every module the worker imports, leave torch out."""
-    code = ("import ctranslate2, common, decode, decode_engines\n"
-            "run = decode_engines.runner('ct2_int8')\n")  # fmt: skip
+    code = (
+        "import ctranslate2, common, decode, decode_engines\n"
+        "run = decode_engines.runner('ct2_int8')\n"
+    )
     done = run_python(code + CHECK.format(heavy=HEAVY))
     assert done.returncode == 0, done.stderr
 
@@ -90,8 +101,10 @@ def test_at_cap_is_the_same_rule_for_every_engine(decode: ModuleType) -> None:
 
 
 def test_natural_mode_over_the_cap_share_fails_loudly(decode: ModuleType) -> None:
-    table = {"greedy_forced": {"ours": {"at_cap": 1.0}},  # forced: at the cap by design
-             "beam5_natural": {"ours": {"at_cap": 0.05}, "hf_sdpa": {"at_cap": 0.5}}}  # fmt: skip
+    table = {
+        "greedy_forced": {"ours": {"at_cap": 1.0}},  # forced: at the cap by design
+        "beam5_natural": {"ours": {"at_cap": 0.05}, "hf_sdpa": {"at_cap": 0.5}},
+    }
     decode.check_natural_lengths(table)
     table["greedy_natural"] = {"ours": {"at_cap": 0.25}}
     with pytest.raises(SystemExit, match="greedy_natural: 25.0%"):
@@ -99,9 +112,13 @@ def test_natural_mode_over_the_cap_share_fails_loudly(decode: ModuleType) -> Non
 
 
 def test_versus_faster_hf_takes_the_faster_attention(decode: ModuleType) -> None:
-    table = {"greedy_forced": {"ours": {"ours_speedup": 1.0},
-                               "hf_sdpa": {"sent_per_s": 10.0, "ours_speedup": 3.0},
-                               "hf_eager": {"sent_per_s": 15.0, "ours_speedup": 2.0}}}  # fmt: skip
+    table = {
+        "greedy_forced": {
+            "ours": {"ours_speedup": 1.0},
+            "hf_sdpa": {"sent_per_s": 10.0, "ours_speedup": 3.0},
+            "hf_eager": {"sent_per_s": 15.0, "ours_speedup": 2.0},
+        }
+    }
     faster = decode.versus_faster_hf(table)
     assert faster == {"greedy_forced": {"engine": "hf_eager", "ours_speedup": 2.0}}
 
@@ -130,12 +147,18 @@ def test_the_marian_converter_computes_our_logits() -> None:
     from seq2seq.model import EncoderDecoder
     from seq2seq.positional import build_positional
 
-    m = ModelConfig(d_model=16, n_heads=2, enc_layers=1, dec_layers=1, d_ff=32, dropout=0.0,
-                    norm_first=False)  # fmt: skip
+    m = ModelConfig(
+        d_model=16, n_heads=2, enc_layers=1, dec_layers=1, d_ff=32, dropout=0.0, norm_first=False
+    )
     torch.manual_seed(0)
     pos = PosEncodingConfig()
-    ours = EncoderDecoder(m, 30, 30, build_positional(pos, 16, 2, causal=False),
-                          build_positional(pos, 16, 2, causal=True)).eval()  # fmt: skip
+    ours = EncoderDecoder(
+        m,
+        30,
+        30,
+        build_positional(pos, 16, 2, causal=False),
+        build_positional(pos, 16, 2, causal=True),
+    ).eval()
     for extra_row in (False, True):
         marian = MarianMTModel(marian_config(m, 30, extra_row=extra_row)).eval()
         load_into(marian, ours, extra_row=extra_row)

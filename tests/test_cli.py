@@ -47,13 +47,20 @@ def cli(
 ) -> subprocess.CompletedProcess[str]:
     """Run a console script; stdin is empty unless given (it never waits on a terminal)."""
     done = subprocess.run(
-        [str(BIN / name), *args], cwd=cwd, env=env(), input=stdin if stdin is not None else b"",
-        capture_output=True, timeout=120, check=False,
-    )  # fmt: skip
+        [str(BIN / name), *args],
+        cwd=cwd,
+        env=env(),
+        input=stdin if stdin is not None else b"",
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     return subprocess.CompletedProcess(
-        done.args, done.returncode, done.stdout.decode(errors="replace"),
+        done.args,
+        done.returncode,
+        done.stdout.decode(errors="replace"),
         done.stderr.decode(errors="replace"),
-    )  # fmt: skip
+    )
 
 
 def assert_user_error(done: subprocess.CompletedProcess[str], kind: str, *words: str) -> None:
@@ -71,22 +78,49 @@ def assert_user_error(done: subprocess.CompletedProcess[str], kind: str, *words:
 
 
 TRANSLATE_ERRORS = [
-    pytest.param(["ckpt=bad.pt", "input=in.txt"], None, "CheckpointError", ["bad.pt"],
-                 id="corrupt-checkpoint"),
-    pytest.param([f"ckpt={CKPT}", "input=nope.txt"], None, "DataError", ["nope.txt"],
-                 id="missing-input"),
-    pytest.param([f"ckpt={CKPT}", "input=latin1.txt"], None, "DataError",
-                 ["latin1.txt:2", "UTF-8"], id="invalid-utf8-file"),
-    pytest.param([f"ckpt={CKPT}"], LATIN1, "DataError", ["<stdin>:2", "UTF-8"],
-                 id="invalid-utf8-stdin"),
-    pytest.param([f"ckpt={CKPT}", "decode.beam_size=0"], None, "ConfigError",
-                 ["decode.beam_size=0", "at least 1"], id="bad-value"),
-    pytest.param([f"ckpt={CKPT}", "decode.foo=1"], None, "ConfigError",
-                 ["decode.foo", "beam_size"], id="unknown-key"),
-    pytest.param([f"ckpt={CKPT}", "decode.method=nope"], None, "ConfigError",
-                 ["decode.method", "greedy, beam"], id="bad-enum"),
+    pytest.param(
+        ["ckpt=bad.pt", "input=in.txt"],
+        None,
+        "CheckpointError",
+        ["bad.pt"],
+        id="corrupt-checkpoint",
+    ),
+    pytest.param(
+        [f"ckpt={CKPT}", "input=nope.txt"], None, "DataError", ["nope.txt"], id="missing-input"
+    ),
+    pytest.param(
+        [f"ckpt={CKPT}", "input=latin1.txt"],
+        None,
+        "DataError",
+        ["latin1.txt:2", "UTF-8"],
+        id="invalid-utf8-file",
+    ),
+    pytest.param(
+        [f"ckpt={CKPT}"], LATIN1, "DataError", ["<stdin>:2", "UTF-8"], id="invalid-utf8-stdin"
+    ),
+    pytest.param(
+        [f"ckpt={CKPT}", "decode.beam_size=0"],
+        None,
+        "ConfigError",
+        ["decode.beam_size=0", "at least 1"],
+        id="bad-value",
+    ),
+    pytest.param(
+        [f"ckpt={CKPT}", "decode.foo=1"],
+        None,
+        "ConfigError",
+        ["decode.foo", "beam_size"],
+        id="unknown-key",
+    ),
+    pytest.param(
+        [f"ckpt={CKPT}", "decode.method=nope"],
+        None,
+        "ConfigError",
+        ["decode.method", "greedy, beam"],
+        id="bad-enum",
+    ),
     pytest.param(["input=in.txt"], None, "ConfigError", ["ckpt is required"], id="no-ckpt"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("args", "stdin", "kind", "words"), TRANSLATE_ERRORS)
@@ -102,17 +136,24 @@ def test_translate_missing_checkpoint_does_not_wait_on_stdin(root: Path) -> None
     """input=- (the default) and a stdin that stays open: the checkpoint is checked first."""
     with (root / "err.txt").open("wb") as err:
         proc = subprocess.Popen(
-            [str(BIN / "seq2seq-translate"), "ckpt=missing.pt"], cwd=root, env=env(),
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
-        )  # fmt: skip
+            [str(BIN / "seq2seq-translate"), "ckpt=missing.pt"],
+            cwd=root,
+            env=env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
         try:
             code = proc.wait(timeout=60)  # stdin is never written to nor closed
         finally:
             proc.kill()
             proc.stdin.close()  # type: ignore[union-attr]
     stderr = (root / "err.txt").read_text(encoding="utf-8")
-    assert_user_error(subprocess.CompletedProcess([], code, "", stderr), "CheckpointError",
-                      "missing.pt: no such checkpoint")  # fmt: skip
+    assert_user_error(
+        subprocess.CompletedProcess([], code, "", stderr),
+        "CheckpointError",
+        "missing.pt: no such checkpoint",
+    )
 
 
 def test_translate_succeeds(root: Path) -> None:
@@ -128,19 +169,35 @@ EVALUATE_ERRORS = [
     pytest.param(["ckpt=bad.pt"], "CheckpointError", ["bad.pt"], id="corrupt-checkpoint"),
     pytest.param(["hyp=nope.txt", "ref=ref.txt"], "DataError", ["nope.txt"], id="missing-hyp"),
     pytest.param(["hyp=hyp.txt", "ref=nope.txt"], "DataError", ["nope.txt"], id="missing-ref"),
-    pytest.param(["hyp=latin1.txt", "ref=ref.txt"], "DataError", ["latin1.txt:2", "UTF-8"],
-                 id="invalid-utf8-hyp"),
+    pytest.param(
+        ["hyp=latin1.txt", "ref=ref.txt"],
+        "DataError",
+        ["latin1.txt:2", "UTF-8"],
+        id="invalid-utf8-hyp",
+    ),
     pytest.param(["hyp=hyp.txt"], "ConfigError", ["hyp= needs ref="], id="hyp-without-ref"),
     pytest.param([], "ConfigError", ["ckpt=", "hyp="], id="neither-ckpt-nor-hyp"),
-    pytest.param([f"ckpt={CKPT}", "decode.beam_size=0"], "ConfigError", ["decode.beam_size=0"],
-                 id="bad-value"),
-    pytest.param(["hyp=hyp.txt", "ref=ref.txt", "decode.foo=1"], "ConfigError",
-                 ["unknown key decode.foo"], id="unknown-key"),
-    pytest.param(["hyp=hyp.txt", "ref=ref.txt", "decode.method=nope"], "ConfigError",
-                 ["decode.method", "greedy, beam"], id="bad-enum"),
+    pytest.param(
+        [f"ckpt={CKPT}", "decode.beam_size=0"],
+        "ConfigError",
+        ["decode.beam_size=0"],
+        id="bad-value",
+    ),
+    pytest.param(
+        ["hyp=hyp.txt", "ref=ref.txt", "decode.foo=1"],
+        "ConfigError",
+        ["unknown key decode.foo"],
+        id="unknown-key",
+    ),
+    pytest.param(
+        ["hyp=hyp.txt", "ref=ref.txt", "decode.method=nope"],
+        "ConfigError",
+        ["decode.method", "greedy, beam"],
+        id="bad-enum",
+    ),
     pytest.param(["decode=nope"], "ConfigError", ["decode/nope", "greedy"], id="unknown-group"),
     pytest.param(["decode.beam_size=["], "ConfigError", ["'['"], id="override-syntax"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("args", "kind", "words"), EVALUATE_ERRORS)
@@ -170,9 +227,15 @@ t.main()
 
 def test_a_bug_keeps_its_traceback(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", BUG], cwd=tmp_path, env=env(), stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, "-c", BUG],
+        cwd=tmp_path,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 1
     assert "Traceback" in done.stderr and "RuntimeError: a bug, not a user error" in done.stderr
     assert not any(line.startswith("error:") for line in done.stderr.splitlines())
@@ -205,7 +268,13 @@ def test_make_resume_of_a_folder_that_holds_no_run(tmp_path: Path) -> None:
     run's folder: one ResumeError line naming it, exit 1, no traceback."""
     folder = tmp_path / "nope"
     done = subprocess.run(
-        [sys.executable, "-m", "seq2seq.resume_cli", str(folder)], cwd=tmp_path, env=env(),
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "seq2seq.resume_cli", str(folder)],
+        cwd=tmp_path,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert_user_error(done, "ResumeError", str(folder), "not the folder of a seq2seq-train run")

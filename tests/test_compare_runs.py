@@ -151,8 +151,11 @@ def test_length_buckets() -> None:
     assert cr.length_bucket(" ".join(["w"] * 40), "words") == "31-40"
     assert cr.length_bucket(" ".join(["w"] * 41), "words") == "41+"
     assert sorted(["41+", "11-20", "all", "1-10"], key=cr.bucket_key) == [
-        "all", "1-10", "11-20", "41+"
-    ]  # fmt: skip
+        "all",
+        "1-10",
+        "11-20",
+        "41+",
+    ]
     assert sorted(["10", "2", "all"], key=cr.bucket_key) == ["all", "2", "10"]
 
 

@@ -226,9 +226,15 @@ def test_group_files_restate_no_default(group: str, option: str) -> None:
     `method` and `name`, which say what the option is)."""
     if group == "experiment":
         return  # recipes override other groups' choices, not the schema's defaults
-    schema = {"pos_encoding": PosEncodingConfig, "decode": DecodeConfig, "data": DataConfig,
-              "tokenizer": TokenizerConfig, "model": ModelConfig, "optim": OptimConfig,
-              "trainer": TrainerConfig}[group]  # fmt: skip
+    schema = {
+        "pos_encoding": PosEncodingConfig,
+        "decode": DecodeConfig,
+        "data": DataConfig,
+        "tokenizer": TokenizerConfig,
+        "model": ModelConfig,
+        "optim": OptimConfig,
+        "trainer": TrainerConfig,
+    }[group]
     defaults = OmegaConf.to_container(OmegaConf.structured(schema), enum_to_str=True)
     values = OmegaConf.to_container(OmegaConf.load(CONFIGS / group / f"{option}.yaml"))
     assert isinstance(values, dict) and isinstance(defaults, dict)

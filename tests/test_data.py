@@ -342,7 +342,7 @@ LINE = st.text(
     st.one_of(
         st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)),
         st.sampled_from(AWKWARD),
-    ),  # fmt: skip
+    ),
     max_size=25,
 ).filter(lambda s: not s.endswith("\r"))
 

@@ -33,15 +33,25 @@ def test_shard_gives_disjoint_equal_shares_covering_an_even_prefix() -> None:
 def overrides(data: Path, cache: Path, accum: int) -> list[str]:
     """Tiny model without dropout (so that ranks and the single run draw no random masks),
     STEPS steps, no validation on the way."""
-    extra = ["model.dropout=0.0", f"trainer.max_steps={STEPS}", "trainer.valid_every=1000",
-             f"trainer.accum_steps={accum}", "trainer.keep_last=0"]  # fmt: skip
+    extra = [
+        "model.dropout=0.0",
+        f"trainer.max_steps={STEPS}",
+        "trainer.valid_every=1000",
+        f"trainer.accum_steps={accum}",
+        "trainer.keep_last=0",
+    ]
     return tiny_overrides(data, cache, *extra)
 
 
 def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
     """The variables torchrun sets for one rank on this machine."""
-    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-            "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)}  # fmt: skip
+    return {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(rank),
+    }
 
 
 def _worker(rank: int, world: int, port: int, args: list[str], run_dir: str, out: str) -> None:
@@ -107,10 +117,16 @@ def test_torchrun_ranks_other_than_0_leave_no_hydra_files(tmp_path: Path) -> Non
     for rank, cwd in enumerate(cwds):
         cwd.mkdir()
         env = child_env(**rank_env(rank, 2, port))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "seq2seq.train", *args, "name=ddp_cli"], cwd=cwd, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        ))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "seq2seq.train", *args, "name=ddp_cli"],
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert list(cwds[1].iterdir()) == []

@@ -45,8 +45,9 @@ def imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             if node.level:  # relative: from the package, up level - 1 packages
                 parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parts, *([node.module] if node.module else [])])
-            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
-                         for a in node.names)  # fmt: skip
+            found.update(
+                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+            )
     targets = {m for m in found if m == "seq2seq" or m.startswith("seq2seq.")}
     parents = {p for m in targets for p in packages_of(m) if not f"{name}.".startswith(f"{p}.")}
     return (targets | parents) - {name}
@@ -127,9 +128,11 @@ def test_no_module_imports_a_higher_layer() -> None:
     upward = [
         f"{m} (layer {layers[layer_of(m, layers)][0]}) imports {t} "
         f"(layer {layers[layer_of(t, layers)][0]})"
-        for m, targets in sorted(graph.items()) if m != "seq2seq"
-        for t in sorted(targets) if layer_of(t, layers) > layer_of(m, layers)
-    ]  # fmt: skip
+        for m, targets in sorted(graph.items())
+        if m != "seq2seq"
+        for t in sorted(targets)
+        if layer_of(t, layers) > layer_of(m, layers)
+    ]
     assert not upward, "\n".join(upward)
 
 
@@ -160,8 +163,11 @@ def test_the_package_needs_no_dev_dependency() -> None:
 @pytest.mark.parametrize(
     ("name", "source", "expected"),
     [
-        ("seq2seq.fake", "from seq2seq.kernels import onednn",
-         {"seq2seq.kernels.onednn", "seq2seq.kernels"}),
+        (
+            "seq2seq.fake",
+            "from seq2seq.kernels import onednn",
+            {"seq2seq.kernels.onednn", "seq2seq.kernels"},
+        ),
         ("seq2seq.kernels.fake", "from seq2seq.kernels import onednn", {"seq2seq.kernels.onednn"}),
         ("seq2seq.fake", "def f():\n    from seq2seq import build", {"seq2seq.build"}),
         ("seq2seq.fake", "import seq2seq.trainer as t\nimport torch", {"seq2seq.trainer"}),
@@ -169,7 +175,7 @@ def test_the_package_needs_no_dev_dependency() -> None:
         ("seq2seq.fake", "from .config import Precision", {"seq2seq.config"}),
     ],
     ids=["submodule", "inside-its-package", "deferred", "import-as", "relative", "relative-from"],
-)  # fmt: skip
+)
 def test_imports_are_found_however_written(
     tmp_path: Path, name: str, source: str, expected: set[str]
 ) -> None:

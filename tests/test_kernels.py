@@ -68,8 +68,13 @@ print(json.dumps({k: after.get(k) for k in keys if before.get(k) != after.get(k)
 
 def env_changes(step: str, **exported: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in onednn.CACHE_VARIABLES}
-    run = subprocess.run([sys.executable, "-c", ENV_PROBE, step], env={**env, **exported},
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", ENV_PROBE, step],
+        env={**env, **exported},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(run.stdout)
 
 
@@ -279,8 +284,9 @@ def test_decoding_after_any_optimizer_step_uses_the_new_weights(
         with torch.no_grad():
             model(src, with_bos(tgt))  # decoding: packs the weights
         model.train()
-        kernels.output_loss(model(src, with_bos(tgt), tgt.ne(PAD_ID)), model.out.weight,
-                            tgt[tgt.ne(PAD_ID)], 0.1)[0].backward()  # fmt: skip
+        kernels.output_loss(
+            model(src, with_bos(tgt), tgt.ne(PAD_ID)), model.out.weight, tgt[tgt.ne(PAD_ID)], 0.1
+        )[0].backward()
         opt.step()
         opt.zero_grad()
         model.eval()

@@ -22,9 +22,16 @@ def reference(logits: torch.Tensor, target: torch.Tensor, eps: float) -> torch.T
 
 
 @pytest.mark.parametrize("use_onednn", [True, False], ids=["onednn", "torch-mm"])
-@pytest.mark.parametrize(("eps", "chunk", "group_bytes"),
-                         [(0.0, 4, GROUP_BYTES), (0.1, 7, GROUP_BYTES), (0.1, 1000, GROUP_BYTES),
-                          (0.1, 4, 4 * 13 * 4), (0.1, 3, 2 * 3 * 13 * 4)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("eps", "chunk", "group_bytes"),
+    [
+        (0.0, 4, GROUP_BYTES),
+        (0.1, 7, GROUP_BYTES),
+        (0.1, 1000, GROUP_BYTES),
+        (0.1, 4, 4 * 13 * 4),
+        (0.1, 3, 2 * 3 * 13 * 4),
+    ],
+)
 def test_linear_label_smoothed_nll_matches_logits_first(
     eps: float, chunk: int, group_bytes: int, use_onednn: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:

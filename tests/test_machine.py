@@ -29,6 +29,7 @@ def test_importing_it_loads_no_torch() -> None:
     """The CTranslate2 benchmark worker imports it and must not load torch."""
     code = "import sys, seq2seq.machine; print('torch' in sys.modules)"
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
-                         check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "False"

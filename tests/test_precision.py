@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import seq2seq.trainer
+import seq2seq.precision
 from seq2seq.build import build_trainer
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import Precision
@@ -25,8 +25,13 @@ def auto_trainer(tmp_path: Path, precision: str = "auto") -> Trainer:
         write_slice(data)
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True)
-    args = tiny_overrides(data, tmp_path.parent / "cache", "trainer.max_steps=3",
-                          "trainer.valid_every=1000", "trainer.keep_last=0")  # fmt: skip
+    args = tiny_overrides(
+        data,
+        tmp_path.parent / "cache",
+        "trainer.max_steps=3",
+        "trainer.valid_every=1000",
+        "trainer.keep_last=0",
+    )
     cfg = compose_train([*args, f"trainer.precision={precision}"])
     return build_trainer(cfg, run_dir)
 
@@ -34,7 +39,7 @@ def auto_trainer(tmp_path: Path, precision: str = "auto") -> Trainer:
 def test_auto_times_both_precisions_and_logs_the_choice(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="seq2seq.trainer"):
+    with caplog.at_level(logging.INFO, logger="seq2seq"):
         trainer = auto_trainer(tmp_path / "a")
     trainer.close()
     assert set(trainer.precision_times) == {"fp32", "bf16"}
@@ -52,7 +57,7 @@ def test_auto_times_both_precisions_and_logs_the_choice(
 def test_timing_leaves_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run whose auto chose fp32 trains exactly as a run asked for fp32: the timed steps'
     weights, optimizer state, schedule and random draws are all put back."""
-    monkeypatch.setattr(seq2seq.trainer, "faster", lambda times: Precision.fp32)
+    monkeypatch.setattr(seq2seq.precision, "faster", lambda times: Precision.fp32)
     runs = {}
     for precision in ("auto", "fp32"):
         trainer = auto_trainer(tmp_path / precision, precision)
@@ -66,7 +71,7 @@ def test_timing_leaves_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_a_resumed_run_keeps_its_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(seq2seq.trainer, "faster", lambda times: Precision.bf16)
+    monkeypatch.setattr(seq2seq.precision, "faster", lambda times: Precision.bf16)
     trainer = auto_trainer(tmp_path)
     trainer.fit()
     trainer.close()

@@ -43,8 +43,9 @@ from seq2seq.train import train
 from seq2seq.trainer import NonFiniteLossError, Trainer
 from tests.tiny_run import REPO, child_env, compose_train, tiny_overrides, write_slice
 
-_spec = importlib.util.spec_from_file_location("average_checkpoints", REPO / "scripts" /
-                                               "average_checkpoints.py")  # fmt: skip
+_spec = importlib.util.spec_from_file_location(
+    "average_checkpoints", REPO / "scripts" / "average_checkpoints.py"
+)
 average_checkpoints = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(average_checkpoints)  # type: ignore[union-attr]
 
@@ -90,8 +91,9 @@ def test_average_last_scores_best_and_average(averaged_run: Path) -> None:
     summary = json.loads((averaged_run / "results.json").read_text())
     assert summary["averaged"] == ["step_8.pt", "step_12.pt"]
     assert summary["test_average"]["test"]["n"] == summary["test"]["test"]["n"] == 20
-    assert_models_equal(model_of(ckpts / "average.pt"), mean_of(ckpts / "step_8.pt",
-                                                                ckpts / "step_12.pt"))  # fmt: skip
+    assert_models_equal(
+        model_of(ckpts / "average.pt"), mean_of(ckpts / "step_8.pt", ckpts / "step_12.pt")
+    )
     average, last = model_of(ckpts / "average.pt"), model_of(ckpts / "step_12.pt")
     assert any(not torch.equal(average[k], last[k]) for k in last)
     hyps = (averaged_run / "test.average.hyp").read_text(encoding="utf-8").splitlines()
@@ -106,16 +108,33 @@ def test_average_last_must_be_kept(root: Path) -> None:
 
 def test_average_checkpoints_script(averaged_run: Path, tmp_path: Path) -> None:
     ckpts = averaged_run / "checkpoints"
-    assert average_checkpoints.main(["--run", str(averaged_run), "--last", "2",
-                                     "--output", str(tmp_path / "a.pt")]) == 0  # fmt: skip
-    assert average_checkpoints.main(["--inputs", str(ckpts / "step_8.pt"),
-                                     str(ckpts / "step_12.pt"), "--output",
-                                     str(tmp_path / "b.pt")]) == 0  # fmt: skip
+    assert (
+        average_checkpoints.main(
+            ["--run", str(averaged_run), "--last", "2", "--output", str(tmp_path / "a.pt")]
+        )
+        == 0
+    )
+    assert (
+        average_checkpoints.main(
+            [
+                "--inputs",
+                str(ckpts / "step_8.pt"),
+                str(ckpts / "step_12.pt"),
+                "--output",
+                str(tmp_path / "b.pt"),
+            ]
+        )
+        == 0
+    )
     assert_models_equal(model_of(tmp_path / "a.pt"), model_of(ckpts / "average.pt"))
     assert_models_equal(model_of(tmp_path / "b.pt"), model_of(ckpts / "average.pt"))
     three = mean_of(ckpts / "step_4.pt", ckpts / "step_8.pt", ckpts / "step_12.pt")
-    assert average_checkpoints.main(["--run", str(averaged_run), "--last", "3",
-                                     "--output", str(tmp_path / "c.pt")]) == 0  # fmt: skip
+    assert (
+        average_checkpoints.main(
+            ["--run", str(averaged_run), "--last", "3", "--output", str(tmp_path / "c.pt")]
+        )
+        == 0
+    )
     assert_models_equal(model_of(tmp_path / "c.pt"), three)
     # a normal checkpoint for translation, but not one to resume training from
     cfg = TranslateConfig(ckpt=str(tmp_path / "a.pt"), device="cpu")
@@ -129,15 +148,21 @@ def test_average_checkpoints_script_errors(
     averaged_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "x.pt"
-    assert average_checkpoints.main(["--run", str(averaged_run), "--last", "5",
-                                     "--output", str(out)]) == 1  # fmt: skip
+    assert (
+        average_checkpoints.main(["--run", str(averaged_run), "--last", "5", "--output", str(out)])
+        == 1
+    )
     assert "fewer than --last 5" in capsys.readouterr().err
     step = averaged_run / "checkpoints" / "step_8.pt"
     assert average_checkpoints.main(["--inputs", str(step), "--output", str(step)]) == 1
     assert "overwrite one of the inputs" in capsys.readouterr().err
     (tmp_path / "bad.pt").write_bytes(b"junk")
-    assert average_checkpoints.main(["--inputs", str(step), str(tmp_path / "bad.pt"),
-                                     "--output", str(out)]) == 1  # fmt: skip
+    assert (
+        average_checkpoints.main(
+            ["--inputs", str(step), str(tmp_path / "bad.pt"), "--output", str(out)]
+        )
+        == 1
+    )
     assert "bad.pt: cannot be loaded safely" in capsys.readouterr().err
     assert not out.exists()
 
@@ -162,9 +187,12 @@ def poison(monkeypatch: pytest.MonkeyPatch, calls: set[int] | None, value: float
 
 @pytest.mark.parametrize("value", [math.nan, math.inf])
 def test_nonfinite_loss_skips_the_step(
-    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture, value: float,
-) -> None:  # fmt: skip
+    root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    value: float,
+) -> None:
     poison(monkeypatch, {3, 7}, value)
     cfg = compose_train(overrides(root))
     trainer = build_trainer(cfg, tmp_path)
@@ -242,8 +270,9 @@ def test_early_stopping(
     assert valid_records(tmp_path) == [(2, 10.0, 0), (4, 12.0, 0), (6, 12.0, 1), (8, 12.0, 2)]
     assert load_checkpoint(tmp_path / "checkpoints" / "best.pt")["train_state"]["step"] == 4
     messages = [r.getMessage() for r in caplog.records]
-    assert any("early stopping: no BLEU gain in 2 validations" in m and "step 4" in m
-               for m in messages)  # fmt: skip
+    assert any(
+        "early stopping: no BLEU gain in 2 validations" in m and "step 4" in m for m in messages
+    )
     assert any("(best 12.00 at step 4; 2 without gain, patience 2)" in m for m in messages)
 
 
@@ -362,10 +391,20 @@ def test_bad_training_data_is_named(root: Path, tmp_path: Path, case: str, match
 def test_cli_prints_the_error_without_a_traceback(root: Path, tmp_path: Path) -> None:
     data = bad_data(tmp_path, "missing split")
     done = subprocess.run(
-        [sys.executable, "-m", "seq2seq.train", *overrides(root, f"data.root={data}"),
-         f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "seq2seq.train",
+            *overrides(root, f"data.root={data}"),
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 1
     assert "error: DataError: no data file for split 'valid'" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
@@ -419,8 +458,9 @@ def translate_cfg(averaged_run: Path, tmp_path: Path, lines: list[str] | None) -
     source = tmp_path / "in.txt"
     source.write_text("".join(x + "\n" for x in lines or []), encoding="utf-8")
     best = averaged_run / "checkpoints" / "best.pt"
-    return TranslateConfig(ckpt=str(best), input=str(source), output=str(tmp_path / "out.txt"),
-                           device="cpu")  # fmt: skip
+    return TranslateConfig(
+        ckpt=str(best), input=str(source), output=str(tmp_path / "out.txt"), device="cpu"
+    )
 
 
 def output_lines(tmp_path: Path) -> list[str]:

@@ -151,9 +151,13 @@ def test_sigkill_then_resume_is_exact(straight: Straight, tmp_path: Path) -> Non
     # make resume RUN=<dir>: the run's own overrides, read back from <dir>/.hydra
     done = subprocess.run(
         [sys.executable, "-m", "seq2seq.resume_cli", str(run_dir)],
-        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-        timeout=600, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"resumed from {run_dir / 'checkpoints' / 'last.pt'}: step 8" in done.stdout
     assert_same_run(straight, run_dir)
@@ -241,8 +245,11 @@ def kill_child_at(moment: Moment, overrides: list[str], run_dir: Path) -> None:
     with out.open("wb") as sink:
         child = subprocess.Popen(
             [sys.executable, "-c", KILL_CHILD, *overrides, f"hydra.run.dir={run_dir}"],
-            cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            cwd=REPO,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     try:
         await_marker(marker, child, out)
     finally:
@@ -475,10 +482,18 @@ def test_resume_refuses_config_changes(
 def test_config_changes_lists_only_unsafe_keys(straight: Straight) -> None:
     saved = load_checkpoint(straight.last)["config"]
     safe = [
-        "trainer.max_steps=20", "trainer.valid_every=3", "trainer.log_every=1",
-        "trainer.progress=true", "trainer.device=auto", "trainer.threads=2", "trainer.patience=4",
-        "decode=beam", "decode.beam_size=2", "data.test=[valid]", "trainer.max_minutes=5",
-    ]  # fmt: skip
+        "trainer.max_steps=20",
+        "trainer.valid_every=3",
+        "trainer.log_every=1",
+        "trainer.progress=true",
+        "trainer.device=auto",
+        "trainer.threads=2",
+        "trainer.patience=4",
+        "decode=beam",
+        "decode.beam_size=2",
+        "data.test=[valid]",
+        "trainer.max_minutes=5",
+    ]
     assert config_changes(saved, compose_train([*straight.overrides, *safe])) == []
     both = compose_train([*straight.overrides, *safe, "model.d_ff=128", "trainer.seed=3"])
     assert config_changes(saved, both) == [("model.d_ff", 64, 128), ("trainer.seed", 1, 3)]
@@ -492,8 +507,16 @@ def test_resume_refuses_a_config_of_another_schema() -> None:
 def test_resume_with_safe_changes_and_moved_data(straight: Straight, tmp_path: Path) -> None:
     run_dir = copy_run(straight, tmp_path)
     moved = shutil.copytree(straight.data, tmp_path / "moved")
-    cfg = compose_train([*straight.overrides, f"data.root={moved}", "trainer.max_steps=14",
-                         "trainer.log_every=1", "decode=beam", "decode.beam_size=2"])  # fmt: skip
+    cfg = compose_train(
+        [
+            *straight.overrides,
+            f"data.root={moved}",
+            "trainer.max_steps=14",
+            "trainer.log_every=1",
+            "decode=beam",
+            "decode.beam_size=2",
+        ]
+    )
     train(cfg, run_dir)
     assert step_of(run_dir / "checkpoints" / "last.pt") == 14
     log = read_step_log(run_dir / LOG_NAME)
@@ -520,11 +543,17 @@ def test_resume_never_refuses_a_dir_with_checkpoints(straight: Straight, tmp_pat
 def test_second_run_on_the_same_dir_fails_at_once(straight: Straight, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from seq2seq.rundir import RunLock; lock = RunLock(Path(sys.argv[1])).__enter__(); "
-         "print('locked', flush=True); time.sleep(600)", str(run_dir)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; "
+            "from seq2seq.rundir import RunLock; lock = RunLock(Path(sys.argv[1])).__enter__(); "
+            "print('locked', flush=True); time.sleep(600)",
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         with pytest.raises(RunDirError) as err:
@@ -570,6 +599,9 @@ def test_a_refused_start_keeps_the_overrides_to_resume_with(
     run_dir = copy_run(straight, tmp_path)
     record_overrides(run_dir, straight.overrides)
     with pytest.raises(ResumeError):
-        train(compose_train([*straight.overrides, "model.d_ff=128"]), run_dir,
-              [*straight.overrides, "model.d_ff=128"])  # fmt: skip
+        train(
+            compose_train([*straight.overrides, "model.d_ff=128"]),
+            run_dir,
+            [*straight.overrides, "model.d_ff=128"],
+        )
     assert saved_overrides(run_dir) == straight.overrides

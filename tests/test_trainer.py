@@ -26,8 +26,15 @@ def tiny_trainer(tmp_path: Path, *extra: str) -> Trainer:
         write_slice(data)
     run_dir = tmp_path / "run"
     run_dir.mkdir(exist_ok=True)
-    args = tiny_overrides(data, tmp_path / "cache", "trainer.max_steps=3", "model.dropout=0.0",
-                          "trainer.valid_every=1000", "trainer.keep_last=0", *extra)  # fmt: skip
+    args = tiny_overrides(
+        data,
+        tmp_path / "cache",
+        "trainer.max_steps=3",
+        "model.dropout=0.0",
+        "trainer.valid_every=1000",
+        "trainer.keep_last=0",
+        *extra,
+    )
     return build_trainer(compose_train(args), run_dir)
 
 
@@ -145,8 +152,14 @@ def test_fused_adamw_steps_like_the_reference(make_model: MakeModel) -> None:
     ref.load_state_dict(ours.state_dict())
     cfg = OptimConfig(warmup_steps=1, weight_decay=0.01)
     opt, _ = build_optimizer(ours, cfg, torch.device("cpu"))
-    plain = torch.optim.AdamW(ref.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
-                              weight_decay=cfg.weight_decay, foreach=False)  # fmt: skip
+    plain = torch.optim.AdamW(
+        ref.parameters(),
+        lr=cfg.lr,
+        betas=tuple(cfg.betas),
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+        foreach=False,
+    )
     for step in range(3):
         for p, q in zip(ours.parameters(), ref.parameters()):
             p.grad = torch.full_like(p, 0.1 * (step + 1)) * torch.randn_like(p).sign()

@@ -106,12 +106,19 @@ def start_child(
     overrides: list[str], run_dir: Path, pause_at: int, action: str
 ) -> subprocess.Popen[str]:
     """seq2seq-train in a child process on run_dir, paused or signalled after step pause_at."""
-    env = child_env(TEST_PAUSE_AT=str(pause_at), TEST_ACTION=action,
-                    TEST_READY=str(run_dir.parent / f"{run_dir.name}.ready"))  # fmt: skip
+    env = child_env(
+        TEST_PAUSE_AT=str(pause_at),
+        TEST_ACTION=action,
+        TEST_READY=str(run_dir.parent / f"{run_dir.name}.ready"),
+    )
     return subprocess.Popen(
         [sys.executable, "-c", CHILD, *overrides, f"hydra.run.dir={run_dir}"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def wait_for(path: Path, proc: subprocess.Popen[str], limit_s: float = 300) -> None:
@@ -130,8 +137,13 @@ def run_cli(overrides: list[str], run_dir: Path) -> subprocess.CompletedProcess[
     """seq2seq-train (as the console script runs it) on run_dir, to completion."""
     return subprocess.run(
         [sys.executable, "-m", "seq2seq.train", *overrides, f"hydra.run.dir={run_dir}"],
-        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def assert_same_weights(a: Path, b: Path, counters: bool = True) -> None:
