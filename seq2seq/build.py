@@ -56,9 +56,9 @@ def build_optimizer(
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW with linear warmup then inverse-sqrt decay.
 
-    AdamW is fused (one kernel for all parameters) on CUDA and, from torch 2.4, on the CPU: 6x
-    faster there than foreach, which loops over tensors (3.7 vs 21.6 ms for 101 tensors of a
-    d=256 model, 2 cores; torch's default loop takes 13.6 ms and is used on older torch).
+    AdamW is fused (one kernel for all parameters) on CUDA and, from torch 2.4, on the CPU,
+    where foreach loops over the tensors one by one (the timings: docs/BENCHMARKS.md, kernel
+    notes).
     """
     fused = device.type == "cuda" or (device.type == "cpu" and FUSED_ADAMW_ON_CPU)
     params = list(model.parameters())
