@@ -89,6 +89,7 @@ def prepare_inputs(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
         export_check,
         prepare,
         test_sources,
+        trained_precision,
         vocabulary,
     )
 
@@ -108,7 +109,7 @@ def prepare_inputs(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
         "model": shape,
         "vocab": tok.vocab_size,
         "parameters": model.num_params(),
-        "train": asdict(settings),
+        "train": {**asdict(settings), "chosen": trained_precision(tok, cache, settings)},
         "logits": check,
     }
     inputs = {

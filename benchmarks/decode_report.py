@@ -143,7 +143,7 @@ def _span(values: list[float]) -> str:
 
 def model_text(setup: dict[str, Any]) -> str:
     t, m = setup["train"], setup["model"]
-    precision = "bf16 autocast, float32 weights" if t["bf16"] else "float32"
+    precision = f"precision {t['precision']}: {t.get('chosen', 'not recorded')}"
     return (
         f"Model: d={m['d_model']}, {m['enc_layers']}+{m['dec_layers']} layers, "
         f"{m['n_heads']} heads, FFN {m['d_ff']}, joint BPE vocabulary of {setup['vocab']}, "

@@ -100,7 +100,7 @@ def train(
     tok: Tokenizer,
     pairs: tuple[list[str], list[str]],
     settings: TrainSettings,
-) -> None:
+) -> str:
     """A short training run with the product's Trainer.train_step (AdamW, warmup, label
     smoothing 0.1, clipping 1.0), only so that outputs end with EOS at natural lengths; the
     translation quality does not matter for speed."""
@@ -131,6 +131,7 @@ def train(
             _zero_bos(model)
         trainer.close()
     model.eval()
+    return trainer.precision.value
 
 
 def model_path(tok: Tokenizer, cache_dir: Path, settings: TrainSettings) -> Path:
@@ -151,13 +152,21 @@ def load_model(
     if path.exists():
         model.load_state_dict(torch.load(path, weights_only=True))
         return model.eval()
+    precision = "none (untrained)"
     if settings.steps:
         en, de = read_lines(split_file(root, "train.en")), read_lines(split_file(root, "train.de"))
-        train(model, tok, (en, de), settings)
+        precision = train(model, tok, (en, de), settings)
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".json").write_text(json.dumps({"precision": precision}))
     torch.save(model.state_dict(), path.with_suffix(".tmp"))
     path.with_suffix(".tmp").replace(path)
     return model.eval()
+
+
+def trained_precision(tok: Tokenizer, cache_dir: Path, settings: TrainSettings) -> str:
+    """The precision the cached benchmark model was trained in (what precision=auto chose)."""
+    side = model_path(tok, cache_dir, settings).with_suffix(".json")
+    return json.loads(side.read_text())["precision"] if side.exists() else "not recorded"
 
 
 def test_sources(root: Path, tok: Tokenizer, n: int, lang: str = "en") -> list[list[int]]:

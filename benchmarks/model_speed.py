@@ -60,10 +60,13 @@ def train_tokens_per_s(trainer: Trainer, batches: list[Batch]) -> float:
 
 def decode_sentences_per_s(
     model: EncoderDecoder, src_ids: list[list[int]], decode: DecodeConfig
-) -> float:
+) -> tuple[float, float]:
+    """Sentences per second, and output tokens per sentence (EOS included): a model early in
+    training writes outputs of any length, and the speed depends on it."""
     start = time.perf_counter()
-    translate_ids(model, src_ids, decode)
-    return len(src_ids) / (time.perf_counter() - start)
+    hyps = translate_ids(model, src_ids, decode)
+    seconds = time.perf_counter() - start
+    return len(src_ids) / seconds, sum(len(h[0].tokens) + 1 for h in hyps) / len(src_ids)
 
 
 def config(args: argparse.Namespace) -> TrainConfig:
@@ -83,8 +86,9 @@ def config(args: argparse.Namespace) -> TrainConfig:
 
 
 def measure(trainer: Trainer, args: argparse.Namespace) -> dict[str, float]:
-    """Medians over the repeats of training tokens/s and greedy and beam-5 sentences/s, and the
-    number of test sentences decoded."""
+    """Medians over the repeats of training tokens/s, then of greedy and beam-5 sentences/s
+    with the weights that training left (the same for every decoding repeat), the output
+    tokens per sentence and the number of test sentences decoded."""
     batches = first_batches(trainer, args.steps)
     test = trainer.splits["test"].src_ids[: args.sentences]
     greedy = replace(trainer.cfg.decode, method=SearchKind.greedy, batch_size=32)
@@ -96,9 +100,17 @@ def measure(trainer: Trainer, args: argparse.Namespace) -> dict[str, float]:
     }
     for _ in range(args.repeats):
         runs["train_tokens_per_s"].append(train_tokens_per_s(trainer, batches))
-        runs["greedy_sent_per_s"].append(decode_sentences_per_s(trainer.model, test, greedy))
-        runs["beam5_sent_per_s"].append(decode_sentences_per_s(trainer.model, test, beam))
-    return {**{name: median(v) for name, v in runs.items()}, "sentences": len(test)}
+    lengths = {}
+    for _ in range(args.repeats):
+        for name, decode in (("greedy", greedy), ("beam5", beam)):
+            speed, lengths[name] = decode_sentences_per_s(trainer.model, test, decode)
+            runs[f"{name}_sent_per_s"].append(speed)
+    return {
+        **{name: median(v) for name, v in runs.items()},
+        "sentences": len(test),
+        "greedy_tokens_per_sentence": lengths["greedy"],
+        "beam5_tokens_per_sentence": lengths["beam5"],
+    }
 
 
 def main() -> None:
@@ -134,7 +146,11 @@ def main() -> None:
         f"{result['beam5_sent_per_s']:.1f} | {result['params']:,} | "
         f"{result['peak_rss_mb']:.0f} MB |\n\nMedians of {args.repeats} repeats; training: "
         f"Trainer.train_step in {result['precision']} on batches of {MAX_TOKENS} tokens; "
-        f"decoding {result['sentences']} test sentences in batches of 32.",
+        f"decoding {result['sentences']} test sentences in batches of 32 with the weights of "
+        f"{args.steps * args.repeats} training steps, at natural length: greedy outputs "
+        f"{result['greedy_tokens_per_sentence']:.1f} tokens a sentence, beam 5 "
+        f"{result['beam5_tokens_per_sentence']:.1f} (a barely trained model, so the decoding "
+        "speeds depend on these lengths; benchmarks/decode.py decodes a trained model).",
     )
     print(result)
 
