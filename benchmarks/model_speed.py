@@ -31,6 +31,7 @@ from seq2seq.search import translate_ids
 from seq2seq.trainer import Trainer
 
 MAX_TOKENS = 4096  # padded tokens a training batch
+FORCED = 32  # output tokens of every decoded sentence (EOS included)
 
 
 def make_trainer(cfg: TrainConfig, run_dir: Path) -> Trainer:
@@ -61,10 +62,11 @@ def train_tokens_per_s(trainer: Trainer, batches: list[Batch]) -> float:
 def decode_sentences_per_s(
     model: EncoderDecoder, src_ids: list[list[int]], decode: DecodeConfig
 ) -> tuple[float, float]:
-    """Sentences per second, and output tokens per sentence (EOS included): a model early in
-    training writes outputs of any length, and the speed depends on it."""
+    """Sentences per second, and output tokens per sentence (EOS included). Every output is
+    forced to FORCED tokens: a model this early in training ends its outputs anywhere (beam
+    search often at once), and the speed would measure that instead of the decoder."""
     start = time.perf_counter()
-    hyps = translate_ids(model, src_ids, decode)
+    hyps = translate_ids(model, src_ids, decode, min_len=FORCED)
     seconds = time.perf_counter() - start
     return len(src_ids) / seconds, sum(len(h[0].tokens) + 1 for h in hyps) / len(src_ids)
 
@@ -91,8 +93,9 @@ def measure(trainer: Trainer, args: argparse.Namespace) -> dict[str, float]:
     tokens per sentence and the number of test sentences decoded."""
     batches = first_batches(trainer, args.steps)
     test = trainer.splits["test"].src_ids[: args.sentences]
-    greedy = replace(trainer.cfg.decode, method=SearchKind.greedy, batch_size=32)
-    beam = replace(trainer.cfg.decode, method=SearchKind.beam, beam_size=5, batch_size=32)
+    fixed = replace(trainer.cfg.decode, batch_size=32, max_len_a=0.0, max_len_b=FORCED)
+    greedy = replace(fixed, method=SearchKind.greedy)
+    beam = replace(fixed, method=SearchKind.beam, beam_size=5)
     runs: dict[str, list[float]] = {
         "train_tokens_per_s": [],
         "greedy_sent_per_s": [],
@@ -147,10 +150,11 @@ def main() -> None:
         f"{result['peak_rss_mb']:.0f} MB |\n\nMedians of {args.repeats} repeats; training: "
         f"Trainer.train_step in {result['precision']} on batches of {MAX_TOKENS} tokens; "
         f"decoding {result['sentences']} test sentences in batches of 32 with the weights of "
-        f"{args.steps * args.repeats} training steps, at natural length: greedy outputs "
-        f"{result['greedy_tokens_per_sentence']:.1f} tokens a sentence, beam 5 "
-        f"{result['beam5_tokens_per_sentence']:.1f} (a barely trained model, so the decoding "
-        "speeds depend on these lengths; benchmarks/decode.py decodes a trained model).",
+        f"{args.steps * args.repeats} training steps, every output forced to "
+        f"{result['greedy_tokens_per_sentence']:.0f} (greedy) and "
+        f"{result['beam5_tokens_per_sentence']:.0f} (beam 5) tokens, EOS included (a barely "
+        "trained model ends its outputs anywhere; benchmarks/decode.py decodes a trained "
+        "model at natural length).",
     )
     print(result)
 
