@@ -334,9 +334,9 @@ def token_batches(
     Examples are sorted by `(max(src_len, tgt_len), tgt_len, src_len)`: by the width that
     the budget counts, then so that a batch's targets and then sources are alike (less padding
     than sorting by `(tgt_len, src_len)`: docs/BENCHMARKS.md, kernel notes). When `shuffle`
-    ties are broken by a random order drawn from `(seed, epoch)`, otherwise by index. Batches are cut greedily so that
-    `len(batch) * (max(src_len, tgt_len) + 1) <= max_tokens` (the `+ 1` is the BOS/EOS); an
-    example over budget on its own forms a batch by itself. With `shuffle` the order of the
+    ties are broken by a random order drawn from `(seed, epoch)`, otherwise by index. Batches
+    are cut greedily so that `len(batch) * (max(src_len, tgt_len) + 1) <= max_tokens` (the
+    `+ 1` is the BOS/EOS); an example over budget on its own forms a batch by itself. With `shuffle` the order of the
     batches is then shuffled from `(seed, epoch)`.
 
     A pure function: the same arguments always give the same batches (only a local
