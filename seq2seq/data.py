@@ -336,8 +336,8 @@ def token_batches(
     than sorting by `(tgt_len, src_len)`: docs/BENCHMARKS.md, kernel notes). When `shuffle`
     ties are broken by a random order drawn from `(seed, epoch)`, otherwise by index. Batches
     are cut greedily so that `len(batch) * (max(src_len, tgt_len) + 1) <= max_tokens` (the
-    `+ 1` is the BOS/EOS); an example over budget on its own forms a batch by itself. With `shuffle` the order of the
-    batches is then shuffled from `(seed, epoch)`.
+    `+ 1` is the BOS/EOS); an example over budget on its own forms a batch by itself. With
+    `shuffle` the order of the batches is then shuffled from `(seed, epoch)`.
 
     A pure function: the same arguments always give the same batches (only a local
     `random.Random` is used), which resuming and multi-GPU sharding rely on.
