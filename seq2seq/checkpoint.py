@@ -16,6 +16,7 @@ import random
 import re
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +239,22 @@ def restore_rng(state: dict[str, Any]) -> None:
                 len(cuda),
                 torch.cuda.device_count(),
             )
+
+
+@dataclass
+class TrainState:
+    """Counters that a checkpoint stores so that a run can resume where it stopped."""
+
+    step: int = 0  # optimizer steps taken
+    epoch: int = 0  # current epoch (its batch order is a function of seed and epoch)
+    batch: int = 0  # batches of the current epoch already consumed
+    best_bleu: float = -1.0  # best validation BLEU so far
+    tokens: int = 0  # target tokens trained on
+    best_step: int = 0  # step of the best validation BLEU
+    valid_step: int = -1  # step of the last validation
+    stale_validations: int = 0  # validations since the best BLEU (early stopping)
+    bad_streak: int = 0  # consecutive steps skipped for a non-finite loss or gradient
+    skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient, in all
+    log_records: int = 0  # records in train_log.jsonl when the checkpoint was written
+    world_size: int = 1  # processes (torchrun ranks) the batch position `batch` refers to
+    precision: str = ""  # the precision trained in (what trainer.precision=auto chose)

@@ -86,3 +86,17 @@ class Window:
             "loss": f"{scalars['loss']:.3f}",
             "tok/s": f"{scalars['tokens_per_s']:.0f}",
         }
+
+
+def log_positional_images(
+    writer: SummaryWriter | NullWriter, model: EncoderDecoder, step: int
+) -> None:
+    """Heatmaps of the positional tables or biases (those that have one) to TensorBoard."""
+    for side, pos in (("encoder", model.enc_pos), ("decoder", model.dec_pos)):
+        image = pos.image()  # (rows, cols) or None
+        if image is not None:
+            image = image.detach().float().cpu()
+            span = (image.max() - image.min()).clamp(min=1e-8)
+            writer.add_image(
+                f"positional/{side}", (image - image.min()) / span, step, dataformats="HW"
+            )

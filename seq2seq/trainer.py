@@ -19,7 +19,7 @@ import logging
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from seq2seq import kernels
 from seq2seq.checkpoint import (
+    TrainState,
     data_fingerprint,
     load_checkpoint,
     load_model_state,
@@ -46,7 +47,7 @@ from seq2seq.data import Batch, collate, token_batches
 from seq2seq.distributed import DistInfo, NullWriter, all_reduce_sum, broadcast, shard
 from seq2seq.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.interrupt import StopSignals, TrainingInterrupted
-from seq2seq.metrics import Window, validate
+from seq2seq.metrics import Window, log_positional_images, validate
 from seq2seq.model import EncoderDecoder
 from seq2seq.precision import no_trace, resolve, time_precisions
 from seq2seq.resume import Resume, ResumeError
@@ -66,25 +67,6 @@ DTYPES = {
 
 class NonFiniteLossError(RuntimeError):
     """Too many consecutive steps had a NaN or infinite loss or gradient norm."""
-
-
-@dataclass
-class TrainState:
-    """Counters that a checkpoint stores so that a run can resume where it stopped."""
-
-    step: int = 0  # optimizer steps taken
-    epoch: int = 0  # current epoch (its batch order is a function of seed and epoch)
-    batch: int = 0  # batches of the current epoch already consumed
-    best_bleu: float = -1.0  # best validation BLEU so far
-    tokens: int = 0  # target tokens trained on
-    best_step: int = 0  # step of the best validation BLEU
-    valid_step: int = -1  # step of the last validation
-    stale_validations: int = 0  # validations since the best BLEU (early stopping)
-    bad_streak: int = 0  # consecutive steps skipped for a non-finite loss or gradient
-    skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient, in all
-    log_records: int = 0  # records in train_log.jsonl when the checkpoint was written
-    world_size: int = 1  # processes (torchrun ranks) the batch position `batch` refers to
-    precision: str = ""  # the precision trained in (what trainer.precision=auto chose)
 
 
 class Trainer:
@@ -431,7 +413,7 @@ class Trainer:
         s.valid_step = s.step
         for name, value in metrics.items():
             self.writer.add_scalar(f"valid/{name}", value, s.step)
-        self.log_positional_images(s.step)
+        log_positional_images(self.writer, self.model, s.step)
         note = " (best)"
         if not improved:
             note = f" (best {s.best_bleu:.2f} at step {s.best_step}; {s.stale_validations} "
@@ -454,17 +436,6 @@ class Trainer:
             }
         )
         self.save(improved)
-
-    def log_positional_images(self, step: int) -> None:
-        """Heatmaps of the positional tables or biases (those that have one) to TensorBoard."""
-        for side, pos in (("encoder", self.model.enc_pos), ("decoder", self.model.dec_pos)):
-            image = pos.image()  # (rows, cols) or None
-            if image is not None:
-                image = image.detach().float().cpu()
-                span = (image.max() - image.min()).clamp(min=1e-8)
-                self.writer.add_image(
-                    f"positional/{side}", (image - image.min()) / span, step, dataformats="HW"
-                )
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Everything a run needs to resume exactly, as tensors and plain values."""

@@ -15,6 +15,7 @@ from seq2seq.data import collate
 from seq2seq.flops import FlopCounter, Throughput, cpu_peak_tflops, peak_tflops
 from seq2seq.kernels import onednn
 from seq2seq.loss import label_smoothed_nll
+from seq2seq.metrics import log_positional_images
 from seq2seq.trainer import Trainer
 from tests.conftest import MakeModel
 from tests.tiny_run import compose_train, tiny_overrides, write_slice
@@ -208,7 +209,7 @@ def test_positional_heatmaps_reach_tensorboard(tmp_path: Path, kind: str, has_im
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     trainer = tiny_trainer(tmp_path, f"pos_encoding={kind}")
-    trainer.log_positional_images(step=1)
+    log_positional_images(trainer.writer, trainer.model, step=1)
     trainer.writer.flush()
     events = EventAccumulator(str(trainer.run_dir / "tb"), size_guidance={"images": 0}).Reload()
     tags = set(events.Tags()["images"])
