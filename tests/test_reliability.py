@@ -12,8 +12,6 @@ import math
 import os
 import pickle
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,7 +39,13 @@ from seq2seq.steplog import LOG_NAME, read_step_log
 from seq2seq.tokenizer import UNK_ID, build_vocab
 from seq2seq.train import train
 from seq2seq.trainer import NonFiniteLossError, Trainer
-from tests.tiny_run import REPO, child_env, compose_train, tiny_overrides, write_slice
+from tests.tiny_run import (
+    REPO,
+    compose_train,
+    run_cli,
+    tiny_overrides,
+    write_slice,
+)
 
 _spec = importlib.util.spec_from_file_location(
     "average_checkpoints", REPO / "scripts" / "average_checkpoints.py"
@@ -390,21 +394,7 @@ def test_bad_training_data_is_named(root: Path, tmp_path: Path, case: str, match
 
 def test_cli_prints_the_error_without_a_traceback(root: Path, tmp_path: Path) -> None:
     data = bad_data(tmp_path, "missing split")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "seq2seq.train",
-            *overrides(root, f"data.root={data}"),
-            f"hydra.run.dir={tmp_path / 'run'}",
-        ],
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run_cli(overrides(root, f"data.root={data}"), tmp_path / "run")
     assert done.returncode == 1
     assert "error: DataError: no data file for split 'valid'" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
