@@ -63,6 +63,20 @@ def cli(
     )
 
 
+def python(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """This interpreter with `args` (no standard input), as a user's shell would run it."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def assert_user_error(done: subprocess.CompletedProcess[str], kind: str, *words: str) -> None:
     """Exit 1; the last stderr line is `error: <kind>: ...` naming `words`; nothing else of
     an error: no traceback, no Hydra banner or "Error executing job" line."""
@@ -226,16 +240,7 @@ t.main()
 
 
 def test_a_bug_keeps_its_traceback(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", BUG],
-        cwd=tmp_path,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = python(["-c", BUG], tmp_path)
     assert done.returncode == 1
     assert "Traceback" in done.stderr and "RuntimeError: a bug, not a user error" in done.stderr
     assert not any(line.startswith("error:") for line in done.stderr.splitlines())
@@ -267,14 +272,5 @@ def test_make_resume_of_a_folder_that_holds_no_run(tmp_path: Path) -> None:
     """`make resume RUN=<dir>` (seq2seq/resume_cli.py) fails like seq2seq-train when <dir> is no
     run's folder: one ResumeError line naming it, exit 1, no traceback."""
     folder = tmp_path / "nope"
-    done = subprocess.run(
-        [sys.executable, "-m", "seq2seq.resume_cli", str(folder)],
-        cwd=tmp_path,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = python(["-m", "seq2seq.resume_cli", str(folder)], tmp_path)
     assert_user_error(done, "ResumeError", str(folder), "not the folder of a seq2seq-train run")
