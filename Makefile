@@ -17,10 +17,13 @@ SWEEP_SEEDS ?= 1,2,3
 SWEEP_ARGS ?= experiment=pos_sweep
 LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)
 
-.PHONY: install train resume translate evaluate sweep data multi30k test test-full lint format bench clean
+.PHONY: install prepare train resume translate evaluate sweep data multi30k test test-full lint format bench clean
 
 install:  ## virtualenv + CPU torch (no CUDA wheels without an NVIDIA driver) + seq2seq
 	bash scripts/install.sh
+
+prepare:  ## make prepare ARGS="data.root=DIR data.train=[a,b] data.prepared=OUT": tokenize once
+	$(PY) -m seq2seq.prepare_cli $(ARGS)
 
 train:  ## the default recipe on the embedded numbers data (no network)
 	$(PY) -m seq2seq.train experiment=numbers $(ARGS)

@@ -33,7 +33,7 @@ from seq2seq.config import (
     TrainConfig,
     TrainerConfig,
 )
-from seq2seq.data import collate, read_lines
+from seq2seq.data import read_lines
 from seq2seq.model import EncoderDecoder
 from seq2seq.positional import build_positional
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, Tokenizer, build_tokenizers
@@ -104,7 +104,8 @@ def train(
     """A short training run with the product's Trainer.train_step (AdamW, warmup, label
     smoothing 0.1, clipping 1.0), only so that outputs end with EOS at natural lengths; the
     translation quality does not matter for speed."""
-    from seq2seq.corpus import Split
+    from seq2seq.corpus import corpus_from_splits
+    from seq2seq.data import Split
     from seq2seq.trainer import Trainer
 
     cfg = TrainConfig(
@@ -120,14 +121,15 @@ def train(
         ),
     )
     src, tgt = tok.encode_batch(pairs[0]), tok.encode_batch(pairs[1])
-    data = {n: Split(n, *pairs, src, tgt) for n in (cfg.data.train, cfg.data.valid)}
+    split = Split("train", *pairs, src, tgt)
+    corpus = corpus_from_splits(cfg, split, {cfg.data.valid: split}, (tok, tok))
     optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(cfg, model, optimizer, scheduler, data, (tok, tok), Path(run_dir))
+        trainer = Trainer(cfg, model, optimizer, scheduler, corpus, Path(run_dir))
         batches = trainer.epoch_batches(0)
         model.train()
         for step in range(settings.steps):
-            trainer.train_step([collate(batches[step % len(batches)], src, tgt)])
+            trainer.train_step([corpus.train.collate(batches[step % len(batches)])])
             _zero_bos(model)
         trainer.close()
     model.eval()

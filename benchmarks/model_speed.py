@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 from seq2seq.build import build_model, build_optimizer, init_process
 from seq2seq.config import CONFIG_DIR, DecodeConfig, SearchKind, TrainConfig, register_configs
 from seq2seq.corpus import load_corpus
-from seq2seq.data import Batch, collate
+from seq2seq.data import Batch
 from seq2seq.model import EncoderDecoder
 from seq2seq.search import translate_ids
 from seq2seq.trainer import Trainer
@@ -37,17 +37,17 @@ FORCED = 32  # output tokens of every decoded sentence (EOS included)
 def make_trainer(cfg: TrainConfig, run_dir: Path) -> Trainer:
     """The product's Trainer, from objects: the corpus, a new model and its optimizer."""
     _, device = init_process(cfg.trainer)  # threads, seeds and kernels, as seq2seq-train sets them
-    src_tok, tgt_tok, splits = load_corpus(cfg.data, cfg.tokenizer)
+    corpus = load_corpus(cfg)
+    src_tok, tgt_tok = corpus.tokenizers
     model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size).to(device)
     optimizer, scheduler = build_optimizer(model, cfg.optim, device)
-    return Trainer(cfg, model, optimizer, scheduler, splits, (src_tok, tgt_tok), run_dir)
+    return Trainer(cfg, model, optimizer, scheduler, corpus, run_dir)
 
 
 def first_batches(trainer: Trainer, steps: int) -> list[Batch]:
     """The first `steps` batches of epoch 0, as the Trainer draws them."""
-    data = trainer.train_data
-    index = trainer.epoch_batches(0)[:steps]
-    return [collate(i, data.src_ids, data.tgt_ids).to(trainer.device) for i in index]
+    refs = trainer.epoch_batches(0)[:steps]
+    return [trainer.train_data.collate(r).to(trainer.device) for r in refs]
 
 
 def train_tokens_per_s(trainer: Trainer, batches: list[Batch]) -> float:

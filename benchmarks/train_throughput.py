@@ -11,7 +11,7 @@ loss; Marian: logits, then PyTorch's F.cross_entropy with label_smoothing, the s
 Marian runs with sdpa attention, HF's default, and with eager; the speed-up is over the faster),
 AdamW with the same warmup + inverse-sqrt schedule, clipping 1.0, on the CPU (fp32, or bf16
 autocast for both). The batches are the first of epoch
-0 from data.token_batches (length-bucketed, --max-tokens padded tokens), collated before timing.
+0 as the Trainer draws them (length-bucketed, --max-tokens padded tokens), collated before timing.
 Each engine runs in its own child process (for its peak RSS); the repeats alternate the order of
 the engines. Marian starts from our model's initial weights (benchmarks/marian.py, the converter
 decode_setup.py exports with). The premise is checked before any timing is reported: a failed copy
@@ -46,7 +46,7 @@ from common import (
 from hydra import compose, initialize_config_dir
 
 from seq2seq.config import CONFIG_DIR, TrainConfig, register_configs
-from seq2seq.data import Batch, collate
+from seq2seq.data import Batch
 from seq2seq.loss import label_smoothed_nll
 from seq2seq.tokenizer import PAD_ID
 
@@ -139,13 +139,10 @@ def hf_step(
 def first_batches(cfg: TrainConfig, steps: int) -> tuple[list[Batch], int]:
     """The first `steps` batches of epoch 0 as the Trainer draws them, and the vocabulary size."""
     from seq2seq.corpus import load_corpus
-    from seq2seq.data import token_batches
 
-    _, tgt_tok, splits = load_corpus(cfg.data, cfg.tokenizer)
-    data, t = splits[cfg.data.train], cfg.trainer
-    src_lens, tgt_lens = [len(s) + 1 for s in data.src_ids], [len(s) + 1 for s in data.tgt_ids]
-    index = token_batches(src_lens, tgt_lens, t.max_tokens, shuffle=True, seed=t.seed, epoch=0)
-    return [collate(i, data.src_ids, data.tgt_ids) for i in index[:steps]], tgt_tok.vocab_size
+    corpus = load_corpus(cfg)
+    refs = corpus.train.epoch_batches(0)[:steps]
+    return [corpus.train.collate(r) for r in refs], corpus.tokenizers[1].vocab_size
 
 
 def eval_loss(logits_of: Any, model: torch.nn.Module, batch: Batch, smoothing: float) -> float:

@@ -148,8 +148,8 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, resume: Resume | None = None)
     if resume is not None:
         state = resume[1]["tokenizers"]
         saved = (tokenizer_from_state(state["src"]), tokenizer_from_state(state["tgt"]))
-    src_tok, tgt_tok, splits = load_corpus(cfg.data, cfg.tokenizer, saved)
+    corpus = load_corpus(cfg, saved)
+    src_tok, tgt_tok = corpus.tokenizers
     model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size).to(device)
     optimizer, scheduler = build_optimizer(model, cfg.optim, device)
-    toks = (src_tok, tgt_tok)
-    return Trainer(cfg, model, optimizer, scheduler, splits, toks, run_dir, dist, resume)
+    return Trainer(cfg, model, optimizer, scheduler, corpus, run_dir, dist, resume)

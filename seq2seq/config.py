@@ -65,10 +65,18 @@ class DataConfig:
     root: str = "data/numbers"  # folder of {split}.{lang} or {split}.{lang}.gz files
     src_lang: str = "en"  # source language suffix
     tgt_lang: str = "de"  # target language suffix
-    train: str = "train"  # training split name
+    # training split(s); several are mixed in every epoch (data.weights)
+    train: list[str] = field(default_factory=lambda: ["train"])
+    # per training split: the share of its pairs drawn each epoch (1 = each once, 0.5 = a random
+    # half, 3 = each three times); empty = 1 for every split
+    weights: list[float] = field(default_factory=list)
     valid: str = "valid"  # validation split (loss, perplexity, greedy BLEU)
     test: list[str] = field(default_factory=lambda: ["test"])  # splits scored after training
     max_len: int = 256  # pairs with a side longer than this (in tokens) are dropped and counted
+    # a seq2seq-prepare output to train from; unset: prepared on first use into cache_dir
+    prepared: str | None = None
+    cache_dir: str = ".cache/prepared"  # data prepared on first use, keyed by files and settings
+    workers: int = 0  # processes that tokenize while preparing (0 = one per core)
 
 
 @dataclass
@@ -79,6 +87,8 @@ class TokenizerConfig:
     min_freq: int = 1  # word/char: drop tokens seen fewer times
     character_coverage: float = 1.0  # sentencepiece: share of characters covered
     cache_dir: str = ".cache/tokenizers"  # trained models, keyed by a hash of data + settings
+    sample_lines: int = 1_000_000  # trained on at most this many random training pairs (or all)
+    sample_seed: int = 1  # seed of that sample
 
 
 @dataclass
@@ -265,8 +275,24 @@ def check_config(cfg: TrainConfig) -> None:
         True,
         "false when tokenizer.joint is false (two vocabularies)",
     )
+    check_data(d, cfg.tokenizer)
     check_trainer(t)
     check_decode(cfg.decode)
+
+
+def check_data(d: DataConfig, tok: TokenizerConfig) -> None:
+    """Range checks of the data and tokenizer settings."""
+    _require(len(d.train) >= 1, "data.train", d.train, "at least one split name")
+    _require(
+        not d.weights or len(d.weights) == len(d.train),
+        "data.weights",
+        d.weights,
+        f"empty or one weight per data.train split ({len(d.train)})",
+    )
+    _require(all(w > 0 for w in d.weights), "data.weights", d.weights, "above 0 each")
+    _require(d.max_len < 1 << 16, "data.max_len", d.max_len, f"below {1 << 16}")
+    _require(d.workers >= 0, "data.workers", d.workers, "0 (one per core) or more")
+    _require(tok.sample_lines >= 1, "tokenizer.sample_lines", tok.sample_lines, "at least 1")
 
 
 def check_trainer(t: TrainerConfig) -> None:

@@ -1,10 +1,10 @@
-"""A corpus on disk as the trainer uses it: every split read, tokenizers built on the training
-split, training pairs filtered, and every split encoded to token ids.
+"""A corpus as the trainer uses it: the training pairs of a prepared corpus (memory-mapped and
+batched per epoch), the validation and test splits as text and ids, and the tokenizers.
 
-`load_corpus(data, tokenizer)` does all of it. The file format, the filters and the batching are
-`data.py`'s; the tokenizers are `tokenizer.py`'s. Training pairs are filtered (empty ones, and
-those over data.max_len tokens, counted in the log); validation and test splits are kept whole,
-so that their scores stay comparable with other toolkits.
+`load_corpus(cfg)` opens data.prepared, or prepares the data on first use into data.cache_dir
+(keyed by the source files' paths, sizes and times and by the settings; the second start finds
+it). Validation and test splits are kept whole, so that their scores stay comparable with other
+toolkits; they are read from the prepared directory, or from data.root when not in it.
 """
 
 from __future__ import annotations
@@ -13,33 +13,32 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from seq2seq.config import PROJECT_ROOT, DataConfig, TokenizerConfig, resolve_path
-from seq2seq.data import drop_empty, drop_long, find_split_file, read_parallel
-from seq2seq.tokenizer import Tokenizer, build_tokenizers
+from seq2seq.checkpoint import data_fingerprint
+from seq2seq.config import DataConfig, TokenizerConfig, TrainConfig, resolve_path
+from seq2seq.data import Split, find_split_file, read_parallel
+from seq2seq.distributed import broadcast, current
+from seq2seq.epochs import TrainData
+from seq2seq.prepare import cached_prepare, digests
+from seq2seq.prepared import (
+    CorpusArrays,
+    Prepared,
+    PreparedError,
+    open_prepared,
+)
+from seq2seq.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class Split:
-    """One split of a parallel corpus, as text and as token ids (no specials)."""
+class Corpus:
+    """What a training run reads: tokenizers, training pairs, evaluation splits, and the
+    fingerprint a resumed run checks its data against."""
 
-    name: str
-    src_text: list[str]
-    tgt_text: list[str]
-    src_ids: list[list[int]]
-    tgt_ids: list[list[int]]
-
-    def __len__(self) -> int:
-        return len(self.src_text)
-
-
-def read_split(data: DataConfig, split: str) -> list[tuple[str, str]]:
-    """The (source, target) line pairs of `split` under data.root."""
-    root = resolve_path(data.root)
-    src = find_split_file(root, split, data.src_lang)
-    tgt = find_split_file(root, split, data.tgt_lang)
-    return read_parallel(src, tgt)
+    tokenizers: tuple[Tokenizer, Tokenizer]
+    train: TrainData
+    evals: dict[str, Split]
+    fingerprint: str
 
 
 def encode_split(
@@ -50,70 +49,131 @@ def encode_split(
     return Split(name, src_text, tgt_text, src_ids, tgt_ids)
 
 
-def filter_train(
-    name: str, pairs: list[tuple[str, str]], max_len: int, toks: tuple[Tokenizer, Tokenizer]
-) -> Split:
-    """Encode training pairs, dropping (and reporting) empty and over-long ones."""
-    kept, report = drop_empty(pairs)
-    split = encode_split(name, [pairs[i] for i in kept], *toks)
-    lines = [i + 1 for i in kept]
-    keep = drop_long(
-        [len(s) for s in split.src_ids], [len(t) for t in split.tgt_ids], max_len, report, lines
-    )
-    log.info(report.summary(name))
-    if not keep:
-        raise ValueError(f"{name}: no training pairs left after filtering ({report.summary(name)})")
-    pick = lambda xs: [xs[i] for i in keep]  # noqa: E731
-    return Split(
-        name, pick(split.src_text), pick(split.tgt_text), pick(split.src_ids), pick(split.tgt_ids)
-    )
-
-
-def load_corpus(
-    data: DataConfig, tok: TokenizerConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = None
-) -> tuple[Tokenizer, Tokenizer, dict[str, Split]]:
-    """Read every split, train (or load cached) tokenizers on train, and encode.
-
-    Training pairs are filtered (empty or longer than data.max_len tokens, counted in the log).
-    Validation and test splits are kept whole, so scores stay comparable with other toolkits.
-    `tokenizers` (a resumed checkpoint's) are used instead of building them when given.
-    """
-    train_pairs = read_split(data, data.train)
-    kept, _ = drop_empty(train_pairs)
-    if tokenizers is None:
-        tokenizers = train_tokenizers(tok, train_pairs, kept)
-    src_tok, tgt_tok = tokenizers
-    splits = {data.train: filter_train(data.train, train_pairs, data.max_len, (src_tok, tgt_tok))}
+def load_corpus(cfg: TrainConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = None) -> Corpus:
+    """The corpus of cfg's run; `tokenizers` (a resumed checkpoint's) must be those the data was
+    prepared with. Under torchrun rank 0 prepares and the other ranks open its directory."""
+    data, t = cfg.data, cfg.trainer
+    if data.prepared:
+        path = resolve_path(data.prepared)
+    else:
+        path, error = broadcast(rank0_prepare(data, cfg.tokenizer, tokenizers))
+        if error:
+            raise PreparedError(f"rank 0 could not prepare the data: {error}")
+    prepared = open_checked(path, data, tokenizers)
+    toks = prepared.tokenizers
+    train = TrainData(prepared.train, data.weights, data.max_len, t.max_tokens, t.seed)
+    log_filtered(prepared, train, data)
+    evals = {}
     for name in dict.fromkeys([data.valid, *data.test]):
-        splits[name] = encode_split(name, read_split(data, name), src_tok, tgt_tok)
-    return src_tok, tgt_tok, splits
+        files = prepared.eval_files(name) or eval_source(data, name)
+        evals[name] = encode_split(name, read_parallel(*files), *toks)
+    return Corpus(toks, train, evals, prepared.fingerprint(data.train, data.valid))
 
 
-def train_tokenizers(
-    tok: TokenizerConfig, pairs: list[tuple[str, str]], kept: list[int]
-) -> tuple[Tokenizer, Tokenizer]:
-    """Tokenizers trained on the kept training pairs, or loaded from the cache (JSON or a
-    SentencePiece model: a cache file is never unpickled)."""
-    cache = resolve_cache(tok.cache_dir)
+def rank0_prepare(
+    data: DataConfig, tok: TokenizerConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
+) -> tuple[Path | None, str | None]:
+    """(the cached prepared directory, None) on rank 0; (None, the error) when it failed."""
+    if not current().is_main:
+        return None, None
     try:
-        return build_tokenizers(
-            getattr(tok.kind, "value", tok.kind),
-            [pairs[i][0] for i in kept],
-            [pairs[i][1] for i in kept],
-            vocab_size=tok.vocab_size,
-            joint=tok.joint,
-            cache_dir=cache,
-            min_freq=tok.min_freq,
-            character_coverage=tok.character_coverage,
+        return cached_prepare(data, tok, tokenizers), None
+    except Exception as err:
+        if current().enabled:
+            return None, f"{type(err).__name__}: {err}"
+        raise
+
+
+def eval_source(data: DataConfig, name: str) -> tuple[Path, Path]:
+    """The raw (source, target) files of split `name` under data.root."""
+    root = resolve_path(data.root)
+    return find_split_file(root, name, data.src_lang), find_split_file(root, name, data.tgt_lang)
+
+
+def read_split(data: DataConfig, name: str) -> list[tuple[str, str]]:
+    """The (source, target) line pairs of split `name` under data.root."""
+    return read_parallel(*eval_source(data, name))
+
+
+def corpus_from_splits(
+    cfg: TrainConfig, train: Split, evals: dict[str, Split], toks: tuple[Tokenizer, Tokenizer]
+) -> Corpus:
+    """A Corpus of already encoded splits, in memory (tests, benchmarks): no files."""
+    arrays = {cfg.data.train[0]: CorpusArrays.from_ids(train.src_ids, train.tgt_ids)}
+    data, t = cfg.data, cfg.trainer
+    valid = evals[data.valid]
+    texts = (train.src_text, train.tgt_text, valid.src_text, valid.tgt_text)
+    return Corpus(
+        toks,
+        TrainData(arrays, [], data.max_len, t.max_tokens, t.seed),
+        evals,
+        data_fingerprint(*texts),
+    )
+
+
+def open_checked(
+    path: Path, data: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
+) -> Prepared:
+    """open_prepared, refusing a corpus of other languages or other tokenizers than `tokenizers`."""
+    prepared = open_prepared(path, data.train)
+    made = prepared.manifest["settings"]
+    if (made["src_lang"], made["tgt_lang"]) != (data.src_lang, data.tgt_lang):
+        raise PreparedError(
+            f"{path} holds {made['src_lang']}-{made['tgt_lang']} but data.src_lang/tgt_lang are "
+            f"{data.src_lang}-{data.tgt_lang}. fix: prepare that pair, or set the languages"
         )
-    except (ValueError, RuntimeError, UnicodeDecodeError) as err:
-        raise ValueError(
-            f"cannot build the {getattr(tok.kind, 'value', tok.kind)} tokenizer ({err}). If a "
-            f"cached tokenizer under {cache} is corrupt, delete it: it is trained again"
-        ) from err
+    if data.max_len > made["max_len"]:
+        log.warning(
+            "%s was prepared with data.max_len=%d: longer pairs are not in it (data.max_len=%d)",
+            path,
+            made["max_len"],
+            data.max_len,
+        )
+    if tokenizers is not None and digests(tokenizers) != digests(prepared.tokenizers):
+        raise PreparedError(
+            f"{path} was tokenized with other tokenizers than the checkpoint's. fix: resume with "
+            f"the prepared corpus the run started with"
+        )
+    return prepared
 
 
-def resolve_cache(path: str) -> Path:
-    """tokenizer.cache_dir as a path: a relative one is under the project root."""
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else PROJECT_ROOT / p
+def log_filtered(prepared: Prepared, train: TrainData, data: DataConfig) -> None:
+    """One line per training split: the pairs kept, and those left out with the first of their
+    line numbers (all of them are in the split's dropped.tsv)."""
+    for name, over in zip(data.train, train.over_long(), strict=True):
+        entry = prepared.manifest["train"][name]
+        listed = dropped_lines(prepared.path / "train" / name / "dropped.tsv")
+        parts = []
+        for reason, label in (("empty", "empty"), ("too_long", "over-long")):
+            count = entry["dropped"][reason]
+            if count:
+                limit = (
+                    ""
+                    if reason == "empty"
+                    else f" (> {prepared.manifest['settings']['max_len']} tokens)"
+                )
+                parts.append(
+                    f"{count} {label}{limit} (lines {format_lines(listed[reason], count)})"
+                )
+        if over:
+            parts.append(f"{over} over data.max_len={data.max_len} tokens")
+        removed = "; removed " + ", ".join(parts) if parts else ""
+        log.info("%s: kept %d/%d pairs%s", name, entry["kept"] - over, entry["pairs"], removed)
+
+
+def dropped_lines(path: Path, limit: int = 5) -> dict[str, list[int]]:
+    """The first `limit` line numbers of each reason in a dropped.tsv."""
+    found: dict[str, list[int]] = {"empty": [], "too_long": []}
+    with path.open(encoding="utf-8") as handle:
+        next(handle)  # header
+        for row in handle:
+            line, reason = row.rstrip("\n").split("\t")
+            if len(found[reason]) < limit:
+                found[reason].append(int(line))
+            if all(len(v) >= limit for v in found.values()):
+                break
+    return found
+
+
+def format_lines(lines: list[int], count: int) -> str:
+    return ", ".join(map(str, lines)) + (", ..." if count > len(lines) else "")

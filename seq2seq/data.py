@@ -25,9 +25,11 @@ from __future__ import annotations
 import gzip
 import random
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
@@ -36,6 +38,7 @@ from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_LISTED_LINES = 5
 MAX_LISTED_FILES = 20
+STREAM_BLOCK = 1 << 22  # bytes read at a time by iter_lines
 
 __all__ = [
     "BOS_ID",
@@ -44,10 +47,13 @@ __all__ = [
     "Batch",
     "DataError",
     "FilterReport",
+    "Split",
     "collate",
     "drop_empty",
     "drop_long",
     "find_split_file",
+    "iter_lines",
+    "iter_parallel",
     "read_lines",
     "read_parallel",
     "decode_text",
@@ -130,12 +136,13 @@ def _read_bytes(path: Path) -> bytes:
         ) from None
 
 
-def decode_text(path: Path | str, data: bytes) -> str:
-    """Decode strict UTF-8, reporting the line and column of the first bad byte."""
+def decode_text(path: Path | str, data: bytes, first_line: int = 1) -> str:
+    """Decode strict UTF-8, reporting the line and column of the first bad byte (`data` starts
+    at line `first_line` of the file)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
+        line = data.count(b"\n", 0, err.start) + first_line
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
         raise DataError(
             f"{path}:{line}: invalid UTF-8 (byte 0x{data[err.start]:02x} at column {column}). "
@@ -172,12 +179,97 @@ def read_parallel(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
     src = read_lines(src_path)
     tgt = read_lines(tgt_path)
     if len(src) != len(tgt):
-        raise DataError(
-            f"line counts differ: {src_path} has {len(src)} lines but {tgt_path} has "
-            f"{len(tgt)}. fix: the files must be line-aligned (line i of one translates "
-            f"line i of the other); look for a truncated file or sentences split over lines"
-        )
+        raise DataError(_mismatch(src_path, tgt_path, len(src), len(tgt)))
     return list(zip(src, tgt, strict=True))
+
+
+def _mismatch(src_path: Path, tgt_path: Path, n_src: int, n_tgt: int) -> str:
+    """The message of parallel files whose line counts differ."""
+    return (
+        f"line counts differ: {src_path} has {n_src} lines but {tgt_path} has {n_tgt}. fix: "
+        f"the files must be line-aligned (line i of one translates line i of the other); look "
+        f"for a truncated file or sentences split over lines"
+    )
+
+
+def _open_stream(path: Path) -> BinaryIO:
+    """`path` opened for reading bytes, decompressed when it starts with the gzip magic."""
+    try:
+        raw = path.open("rb")
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found. fix: check the path") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, expected a text file") from None
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err})") from err
+    if raw.peek(2)[:2] == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw
+
+
+def _read_block(stream: BinaryIO, path: Path) -> bytes:
+    """The next STREAM_BLOCK bytes of `stream` (b"" at the end); a corrupt gzip is a DataError."""
+    try:
+        return stream.read(STREAM_BLOCK)
+    except (OSError, EOFError, zlib.error) as err:
+        raise DataError(
+            f"{path}: corrupt or truncated gzip file ({err}). fix: re-download or "
+            f"re-compress it (gzip -t {path} checks a file)"
+        ) from None
+
+
+def iter_lines(path: Path | str, chunk: int) -> Iterator[list[str]]:
+    """The lines of a plain or gzip text file as lists of `chunk` lines (the last may be
+    shorter), read in blocks: a file of any size in bounded memory.
+
+    The lines are those of `read_lines` (the same terminators removed, the same byte-order
+    mark dropped), with the same errors: invalid UTF-8 names the file, line and column; an
+    empty file is a DataError.
+    """
+    path = Path(path)
+    buffer: list[str] = []
+    count, rest = 0, b""
+    with _open_stream(path) as stream:
+        while block := _read_block(stream, path):
+            data = rest + block
+            cut = data.rfind(b"\n") + 1
+            rest = data[cut:]
+            if cut == 0:
+                continue
+            text = decode_text(path, data[:cut], count + 1)
+            lines = text.replace("\r\n", "\n").split("\n")[:-1]
+            if count == 0 and lines:
+                lines[0] = lines[0].removeprefix("\ufeff")
+            count += len(lines)
+            buffer += lines
+            while len(buffer) >= chunk:
+                yield buffer[:chunk]
+                buffer = buffer[chunk:]
+    if rest:
+        last = decode_text(path, rest, count + 1).removesuffix("\r")
+        buffer.append(last.removeprefix("\ufeff") if count == 0 else last)
+        count += 1
+    if count == 0:
+        raise DataError(f"{path}: file is empty (0 lines). fix: check the file was written")
+    if buffer:
+        yield buffer
+
+
+def iter_parallel(
+    src_path: Path, tgt_path: Path, chunk: int
+) -> Iterator[tuple[list[str], list[str]]]:
+    """`read_parallel` in chunks of `chunk` line pairs (bounded memory); mismatched line counts
+    are the same DataError, raised when the shorter file ends."""
+    done = 0
+    pairs = zip_longest(iter_lines(src_path, chunk), iter_lines(tgt_path, chunk))
+    for src, tgt in pairs:
+        if src is None or tgt is None or len(src) != len(tgt):
+            n_src, n_tgt = done + len(src or []), done + len(tgt or [])
+            for more_src, more_tgt in pairs:  # count the rest, for the message
+                n_src, n_tgt = n_src + len(more_src or []), n_tgt + len(more_tgt or [])
+            raise DataError(_mismatch(src_path, tgt_path, n_src, n_tgt))
+        done += len(src)
+        yield src, tgt
 
 
 # --------------------------------------------------------------------------- filtering
@@ -261,6 +353,20 @@ def drop_long(
 
 
 # --------------------------------------------------------------------------- batching
+
+
+@dataclass
+class Split:
+    """An evaluation split, as text and as token ids (no specials)."""
+
+    name: str
+    src_text: list[str]
+    tgt_text: list[str]
+    src_ids: list[list[int]]
+    tgt_ids: list[list[int]]
+
+    def __len__(self) -> int:
+        return len(self.src_text)
 
 
 @dataclass

@@ -14,8 +14,7 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from seq2seq.config import SearchKind, TrainConfig
-from seq2seq.corpus import Split
-from seq2seq.data import collate, token_batches
+from seq2seq.data import Split, collate, token_batches
 from seq2seq.distributed import NullWriter
 from seq2seq.loss import label_smoothed_nll
 from seq2seq.model import EncoderDecoder

@@ -26,7 +26,10 @@ log = logging.getLogger(__name__)
 SAFE_KEYS = frozenset(
     {
         "name",
-        "data.root",  # the data itself is compared by content (data_fingerprint)
+        "data.root",  # the data itself is compared by its manifest (Prepared.fingerprint)
+        "data.prepared",
+        "data.cache_dir",
+        "data.workers",
         "data.test",
         "tokenizer.cache_dir",
         "trainer.max_steps",

@@ -102,6 +102,11 @@ class SentencePieceTokenizer:
             raise ValueError(f"SentencePiece model has special ids {found}, expected (0, 1, 2, 3)")
 
     @property
+    def processor(self) -> spm.SentencePieceProcessor:
+        """The SentencePiece processor itself (bulk.WordCache encodes through it)."""
+        return self._sp
+
+    @property
     def vocab_size(self) -> int:
         """Number of pieces in the model (may be below the requested size on small corpora)."""
         return int(self._sp.get_piece_size())
@@ -325,17 +330,23 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp_name, path)
 
 
-def _save_cached(path: Path, tokenizer: Tokenizer) -> None:
+def tokenizer_bytes(tokenizer: Tokenizer) -> bytes:
+    """What `save_tokenizer` writes: a SentencePiece model file, or JSON."""
     state = tokenizer.state()
     if tokenizer.kind in SENTENCEPIECE_KINDS:
         data = state["model"]
         assert isinstance(data, bytes)
-    else:
-        data = json.dumps(state, ensure_ascii=False).encode("utf-8")
-    _write_atomic(path, data)
+        return data
+    return json.dumps(state, ensure_ascii=False).encode("utf-8")
 
 
-def _load_cached(path: Path, kind: str) -> Tokenizer:
+def save_tokenizer(path: Path, tokenizer: Tokenizer) -> None:
+    """Write `tokenizer` to `path` atomically (`tokenizer_bytes`)."""
+    _write_atomic(path, tokenizer_bytes(tokenizer))
+
+
+def load_tokenizer(path: Path, kind: str) -> Tokenizer:
+    """The tokenizer `save_tokenizer` wrote to `path` (never unpickled)."""
     data = path.read_bytes()
     if kind in SENTENCEPIECE_KINDS:
         return SentencePieceTokenizer(kind, data)
@@ -354,9 +365,9 @@ def _train_or_load(
     path = cache_path(cache_dir, _settings(kind, vocab_size, min_freq, coverage), texts)
     if path.exists():
         logger.info("loading %s tokenizer from cache %s", kind, path)
-        return _load_cached(path, kind)
+        return load_tokenizer(path, kind)
     tokenizer = _TRAINERS[kind](texts, vocab_size, min_freq, coverage)
-    _save_cached(path, tokenizer)
+    save_tokenizer(path, tokenizer)
     logger.info("trained %s tokenizer (%d ids), cached at %s", kind, tokenizer.vocab_size, path)
     return tokenizer
 

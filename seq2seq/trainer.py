@@ -8,8 +8,9 @@ for each group of batches:
 test(): score a checkpoint on the test splits. restore(): continue exactly from a checkpoint.
 docs/RELIABILITY.md lists how every fault is handled.
 
-A Trainer is built from objects: a model, its optimizer and schedule, the encoded splits and
-their tokenizers. It reads no corpus from disk; build.build_trainer does that from a config.
+A Trainer is built from objects: a model, its optimizer and schedule, and a corpus.Corpus (the
+training pairs, the encoded evaluation splits, the tokenizers); build.build_trainer makes them
+from a config.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from tqdm import tqdm
 from seq2seq import kernels
 from seq2seq.checkpoint import (
     TrainState,
-    data_fingerprint,
     load_checkpoint,
     load_model_state,
     restore_rng,
@@ -42,9 +42,10 @@ from seq2seq.checkpoint import (
     save_checkpoint,
 )
 from seq2seq.config import Precision, TrainConfig
-from seq2seq.corpus import Split
-from seq2seq.data import Batch, collate, token_batches
+from seq2seq.corpus import Corpus
+from seq2seq.data import Batch
 from seq2seq.distributed import DistInfo, NullWriter, all_reduce_sum, broadcast, shard
+from seq2seq.epochs import BatchRef
 from seq2seq.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.interrupt import StopSignals, TrainingInterrupted
 from seq2seq.metrics import Window, log_positional_images, validate
@@ -54,7 +55,7 @@ from seq2seq.resume import Resume, ResumeError
 from seq2seq.scoring import format_scores, score
 from seq2seq.search import translate_ids
 from seq2seq.steplog import LOG_NAME, StepLog
-from seq2seq.tokenizer import PAD_ID, Tokenizer
+from seq2seq.tokenizer import PAD_ID
 
 log = logging.getLogger(__name__)
 # the dtype each trainer.precision computes its matmuls in (autocast's, and for the MFU's peak)
@@ -78,31 +79,27 @@ class Trainer:
         model: EncoderDecoder,
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
-        splits: dict[str, Split],
-        tokenizers: tuple[Tokenizer, Tokenizer],
+        data: Corpus,
         run_dir: Path,
         dist: DistInfo | None = None,
         resume: Resume | None = None,
     ) -> None:
-        """A run of cfg in run_dir: `model` on the device it trains on, `splits` by name
-        (cfg.data's train, valid and test) encoded with `tokenizers` (source, target). `dist`:
+        """A run of cfg in run_dir: `model` on the device it trains on, `data` its training
+        pairs, evaluation splits (cfg.data's valid and test) and tokenizers. `dist`:
         this process's place in a torchrun job (None: a single process). `resume`: a
         checkpoint's path and contents to continue from, random generators included."""
         self.cfg, self.run_dir, t = cfg, run_dir, cfg.trainer
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
-        self.src_tok, self.tgt_tok = tokenizers
-        self.splits, self.train_data = splits, splits[cfg.data.train]
-        valid = splits[cfg.data.valid]
-        self.fingerprint = data_fingerprint(
-            self.train_data.src_text, self.train_data.tgt_text, valid.src_text, valid.tgt_text
-        )
+        self.src_tok, self.tgt_tok = data.tokenizers
+        self.splits, self.train_data = data.evals, data.train
+        self.fingerprint = data.fingerprint
         self.dist, self.device = dist or DistInfo(), next(model.parameters()).device
         self.scaler = torch.amp.GradScaler(enabled=t.precision == Precision.fp16)
         self.state = TrainState(world_size=self.dist.world)
         self.precision = t.precision  # auto is resolved below, once the model can take steps
         self.ckpt_dir = run_dir / "checkpoints"
         self.saved: tuple[Path, int] | None = None  # the newest checkpoint written, and its step
-        self._batches: tuple[int, list[list[int]]] = (-1, [])
+        self._batches: tuple[int, list[BatchRef]] = (-1, [])
         if resume is not None:
             self.restore(*resume)  # last: it sets the random generators
         self.wrap_model()
@@ -226,15 +223,11 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=DTYPES[precision])
 
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """The batches of `epoch`, a pure function of the data, token budget, seed and epoch."""
+    def epoch_batches(self, epoch: int) -> list[BatchRef]:
+        """This rank's batches of `epoch`, a pure function of the data, token budget, seed and
+        epoch (epochs.TrainData)."""
         if self._batches[0] != epoch:
-            data, t = self.train_data, self.cfg.trainer
-            src_lens = [len(s) + 1 for s in data.src_ids]
-            tgt_lens = [len(s) + 1 for s in data.tgt_ids]
-            batches = token_batches(
-                src_lens, tgt_lens, t.max_tokens, shuffle=True, seed=t.seed, epoch=epoch
-            )
+            batches = self.train_data.epoch_batches(epoch)
             self._batches = (epoch, shard(batches, self.dist))  # this rank's share
         return self._batches[1]
 
@@ -392,8 +385,8 @@ class Trainer:
             f"same command with hydra.run.dir={self.run_dir})"
         )
 
-    def _collate(self, index: list[int]) -> Batch:
-        return collate(index, self.train_data.src_ids, self.train_data.tgt_ids).to(self.device)
+    def _collate(self, ref: BatchRef) -> Batch:
+        return self.train_data.collate(ref).to(self.device)
 
     def validate(self) -> dict[str, float]:
         """Teacher-forced loss and perplexity, and BLEU of greedy translations, on valid."""

@@ -411,9 +411,10 @@ def test_empty_and_overlong_training_lines_are_dropped_and_counted(
     (data / "train.en").write_text("\n".join(src) + "\n", encoding="utf-8")
     (data / "train.de").write_text("\n".join(tgt) + "\n", encoding="utf-8")
     cfg = compose_train(overrides(root, f"data.root={data}", "tokenizer=word"))
-    _, _, splits = load_corpus(cfg.data, cfg.tokenizer)
-    assert len(splits["train"]) == 147
-    assert " ".join(["seven"] * 10_000) not in splits["train"].src_text
+    corpus = load_corpus(cfg)
+    assert len(corpus.train) == 147
+    refs = corpus.train.epoch_batches(0)
+    assert max(corpus.train.collate(r).src.shape[1] for r in refs) <= 64 + 1
     want = "train: kept 147/150 pairs; removed 2 empty (lines 3, 6), 1 over-long (> 64 tokens)"
     assert any(r.getMessage() == f"{want} (lines 10)" for r in caplog.records)
 
@@ -424,20 +425,22 @@ def test_tokenizer_cache_is_never_unpickled(root: Path, tmp_path: Path) -> None:
             return (open, (str(tmp_path / "pwned"), "w"))
 
     cfg = compose_train(overrides(root, f"tokenizer.cache_dir={tmp_path / 'cache'}"))
+    cfg.data.cache_dir = str(tmp_path / "prepared")  # trains tokenizers: no prepared data yet
     for kind in ("bpe", "word"):
-        tok = TokenizerConfig(
+        cfg.tokenizer = TokenizerConfig(
             TokenizerKind(kind), vocab_size=200, cache_dir=str(tmp_path / "cache")
         )
-        load_corpus(cfg.data, tok)
+        load_corpus(cfg)
     assert len(list((tmp_path / "cache").iterdir())) == 2
     for path in (tmp_path / "cache").iterdir():
         path.write_bytes(pickle.dumps(Payload()))
     for kind in ("bpe", "word"):
-        tok = TokenizerConfig(
+        cfg.tokenizer = TokenizerConfig(
             TokenizerKind(kind), vocab_size=200, cache_dir=str(tmp_path / "cache")
         )
+        cfg.data.cache_dir = str(tmp_path / f"prepared-{kind}")  # prepared again: trains
         with pytest.raises(ValueError, match=f"cached tokenizer under {tmp_path / 'cache'}"):
-            load_corpus(cfg.data, tok)
+            load_corpus(cfg)
     assert not (tmp_path / "pwned").exists()
 
 

@@ -348,7 +348,7 @@ def test_multi30k_splits() -> None:
     assert resolve_path(cfg.data.root).resolve() == MULTI30K.resolve()
     counts = {
         split: len(read_split(cfg.data, split))
-        for split in (cfg.data.train, cfg.data.valid, "test_2016_flickr")
+        for split in (*cfg.data.train, cfg.data.valid, "test_2016_flickr")
     }
     assert counts == {"train": 29000, "val": 1014, "test_2016_flickr": 1000}
     assert "test_2016_flickr" in cfg.data.test

@@ -226,7 +226,7 @@ def test_a_trainer_from_objects_reads_no_corpus(tmp_path: Path) -> None:
     tokenizers) and trains on them: data.root and tokenizer.cache_dir name no folder, and the
     run directory gets only its logs."""
     from seq2seq.build import build_model, build_optimizer
-    from seq2seq.corpus import encode_split
+    from seq2seq.corpus import corpus_from_splits, encode_split
     from seq2seq.tokenizer import build_vocab
 
     absent = tmp_path / "absent"
@@ -239,9 +239,9 @@ def test_a_trainer_from_objects_reads_no_corpus(tmp_path: Path) -> None:
     before = {k: v.clone() for k, v in model.state_dict().items()}
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    trainer = Trainer(cfg, model, optimizer, scheduler, splits, (tok, tok), run_dir)
-    train = splits["train"]
-    batch = collate(trainer.epoch_batches(0)[0], train.src_ids, train.tgt_ids)
+    corpus = corpus_from_splits(cfg, splits["train"], splits, (tok, tok))
+    trainer = Trainer(cfg, model, optimizer, scheduler, corpus, run_dir)
+    batch = corpus.train.collate(trainer.epoch_batches(0)[0])
     stats = trainer.train_step([batch])
     trainer.close()
     assert stats is not None and stats["tokens"] == batch.tgt_tokens

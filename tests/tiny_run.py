@@ -45,6 +45,7 @@ def tiny_overrides(data: Path, cache: Path, *extra: str) -> list[str]:
         "tokenizer=bpe",
         "tokenizer.vocab_size=200",
         f"tokenizer.cache_dir={cache}",
+        f"data.cache_dir={cache}/prepared",
         "model.d_model=32",
         "model.n_heads=2",
         "model.enc_layers=1",

@@ -1,0 +1,82 @@
+"""epochs.py: batches of prepared corpora are data.token_batches' batches, drawn per epoch."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from seq2seq.data import collate, token_batches
+from seq2seq.epochs import TrainData, cut_batches
+from seq2seq.prepared import CorpusArrays
+
+
+def random_pairs(rng: random.Random, n: int) -> tuple[list[list[int]], list[list[int]]]:
+    src = [[rng.randint(4, 50) for _ in range(rng.choice([0, 1, 2, 5, 9, 20]))] for _ in range(n)]
+    tgt = [[rng.randint(4, 50) for _ in range(rng.choice([0, 1, 3, 8, 21, 39]))] for _ in range(n)]
+    return src, tgt
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_batches_are_those_of_token_batches(seed: int) -> None:
+    """Same cut (sizes and widths of the batches), every pair once, same padded layout."""
+    rng = random.Random(seed)
+    src, tgt = random_pairs(rng, rng.randint(1, 300))
+    budget = rng.choice([10, 30, 64, 100, 500])
+    old = token_batches([len(s) + 1 for s in src], [len(t) + 1 for t in tgt], budget, shuffle=False)
+    data = TrainData({"train": CorpusArrays.from_ids(src, tgt)}, [], 10**4, budget, seed)
+    refs = data.epoch_batches(0)
+    width = lambda ids: max(max(len(src[i]), len(tgt[i])) for i in ids)  # noqa: E731
+    new = [data.collate(r) for r in refs]
+    assert sorted((len(b), width(b)) for b in old) == sorted(
+        (len(b.index), width(b.index.tolist())) for b in new
+    )
+    assert sorted(i for b in new for i in b.index.tolist()) == list(range(len(src)))
+    for batch in new:
+        want = collate(batch.index.tolist(), src, tgt)
+        for name in ("src", "tgt_in", "tgt_out"):
+            assert getattr(batch, name).equal(getattr(want, name)), name
+
+
+def test_cut_batches_by_arithmetic() -> None:
+    # sizes 3 (x5) then 4 (x3), budget 12: [3,3,3,3] [3,4,4] [4]
+    assert cut_batches(np.array([3, 4]), np.array([5, 3]), 12).tolist() == [0, 4, 7, 8]
+    # an item over budget forms a batch by itself
+    assert cut_batches(np.array([2, 50]), np.array([2, 2]), 10).tolist() == [0, 2, 3, 4]
+    assert cut_batches(np.array([5]), np.array([0]), 10).tolist() == [0]
+
+
+def test_epochs_are_pure_and_differ() -> None:
+    src, tgt = random_pairs(random.Random(1), 500)
+    make = lambda: TrainData({"a": CorpusArrays.from_ids(src, tgt)}, [], 64, 200, seed=7)  # noqa: E731
+    first, again = make(), make()
+    batches = lambda d, e: [d.collate(r).index.tolist() for r in d.epoch_batches(e)]  # noqa: E731
+    assert batches(first, 0) == batches(again, 0)
+    assert batches(first, 1) == batches(again, 1)
+    assert batches(first, 0) != batches(first, 1)
+    other = TrainData({"a": CorpusArrays.from_ids(src, tgt)}, [], 64, 200, seed=8)
+    assert batches(other, 0) != batches(first, 0)
+
+
+def test_max_len_leaves_long_pairs_out() -> None:
+    src, tgt = [[5] * n for n in (1, 4, 9)], [[6] * n for n in (2, 4, 3)]
+    data = TrainData({"a": CorpusArrays.from_ids(src, tgt)}, [], 4, 100, seed=0)
+    assert len(data) == 2 and data.over_long() == [1]
+    seen = [i for r in data.epoch_batches(0) for i in data.collate(r).index.tolist()]
+    assert sorted(seen) == [0, 1]
+
+
+def test_weights_draw_shares_of_each_corpus() -> None:
+    rng = random.Random(3)
+    a = CorpusArrays.from_ids(*random_pairs(rng, 3000))
+    b = CorpusArrays.from_ids(*random_pairs(rng, 1000))
+    data = TrainData({"a": a, "b": b}, [0.5, 3.0], 10**4, 300, seed=1)
+    for epoch in range(2):
+        index = np.concatenate([data.collate(r).index.numpy() for r in data.epoch_batches(epoch)])
+        from_a, from_b = index[index < 3000], index[index >= 3000] - 3000
+        assert data.plan is not None and data.plan.drawn == [len(from_a), len(from_b)]
+        assert abs(len(from_a) - 1500) < 100 and len(np.unique(from_a)) == len(from_a)
+        assert abs(len(from_b) - 3000) < 100 and len(np.unique(from_b)) == 1000
+        # every pair of b at least twice, at most four times
+        assert np.bincount(from_b).min() >= 2 and np.bincount(from_b).max() <= 4
