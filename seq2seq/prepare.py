@@ -27,6 +27,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -257,14 +258,20 @@ def prepare(
     if not 1 <= data.max_len <= MAX_LENGTH:
         raise DataError(f"data.max_len={data.max_len}: a prepared corpus needs 1..{MAX_LENGTH}")
     files, evals = train_files(data), eval_files(data)
+    start = time.monotonic()
     if tokenizers is None:
         tokenizers = tokenizers_for(tok, files, resolve_path(tok.cache_dir))
+    sampled = time.monotonic()
     out = Path(out)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         manifest = write_directory(tmp, data, tok, files, evals, tokenizers)
+        manifest["seconds"] = {  # not part of the fingerprint
+            "read_sample_and_train_tokenizer": sampled - start,
+            "tokenize_and_write": time.monotonic() - sampled,
+        }
         write_manifest(tmp, manifest)
         replace_directory(tmp, out)
     finally:
