@@ -52,6 +52,7 @@ from seq2seq.tokenizer import Tokenizer, build_tokenizers, save_tokenizer, token
 log = logging.getLogger(__name__)
 
 CHUNK = 50_000  # line pairs read, sampled and tokenized at a time
+SMALL = 32 << 20  # bytes of training files below which data.workers=0 tokenizes in-process
 MAX_LENGTH = (1 << 16) - 1  # lengths are stored in 16 bits (prepared.index_arrays)
 Chunk = tuple[list[str], list[str]]
 
@@ -289,6 +290,8 @@ def write_directory(
 ) -> dict[str, Any]:
     """Everything but the manifest, which is returned."""
     workers = data.workers or len(os.sched_getaffinity(0))
+    if not data.workers and sum(p.stat().st_size for pair in files.values() for p in pair) < SMALL:
+        workers = 1  # starting worker processes would take longer than the work
     names = {"src": "tokenizer.src", "tgt": "tokenizer.tgt"}
     if tokenizer_bytes(toks[0]) == tokenizer_bytes(toks[1]):
         names = {"src": "tokenizer.joint", "tgt": "tokenizer.joint"}
