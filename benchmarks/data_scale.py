@@ -3,6 +3,7 @@ prepared one, on synthetic corpora of 29k to 20M pairs.
 
     python benchmarks/data_scale.py [--sizes 29000,1000000,5000000,20000000]
         [--work /tmp/data_scale] [--steps 50] [--data DIR] [--no-old] [--no-doc]
+        [--old-from JSON] [--report JSON]
 
 Corpora: <work>/corpus-N/train.{en,de}: N pairs, each the first half (of the words, rounded
 down) of a random Multi30k en-de training pair and the second half of another, on both sides
@@ -365,10 +366,19 @@ def old_path(pairs: int, corpus: Path, args: argparse.Namespace, measured: Point
     return result
 
 
+def old_figures(path: Path, pairs: int) -> tuple[Result, Result] | None:
+    """The old path's figures at `pairs` from an earlier run's JSON (--old-from), marked so."""
+    for r in json.loads(path.read_text())["results"]:
+        if r["pairs"] == pairs:
+            note = {"from": f"{path} ({r.get('date', 'earlier run')})"}
+            return {**r["old"], **note}, {**r["old_tokenize"], **note}
+    return None
+
+
 def run_size(pairs: int, args: argparse.Namespace, measured: Points) -> Result:
     """Every figure of one corpus size; `measured` collects the old path's (pairs, RSS)."""
     corpus, info = ensure_corpus(args.work, pairs, args.data)
-    r: dict[str, Any] = {"pairs": pairs, "corpus": info}
+    r: dict[str, Any] = {"pairs": pairs, "corpus": info, "date": dt.datetime.now().isoformat()}
     prepared: Path | None = None
     if args.prepare is not None:
         prepared, r["prepare"] = prepare(args.prepare, corpus, args.work, pairs)
@@ -378,11 +388,15 @@ def run_size(pairs: int, args: argparse.Namespace, measured: Points) -> Result:
             r["new"] = train("new", corpus, args, pairs, f"data.prepared={prepared}")
     else:
         r["prepare"] = r["new"] = {"skipped": args.new_missing}
-    r["old"] = old_path(pairs, corpus, args, measured)
-    if "skipped" in r["old"]:
-        r["old_tokenize"] = {"skipped": r["old"]["skipped"]}
+    earlier = old_figures(args.old_from, pairs) if args.old_from else None
+    if earlier is not None:  # the old path's code is fixed (OLD_COMMIT): its figures stand
+        r["old"], r["old_tokenize"] = earlier
     else:
-        r["old_tokenize"] = old_tokenization(corpus, args.work, pairs, prepared)
+        r["old"] = old_path(pairs, corpus, args, measured)
+        if "skipped" in r["old"]:
+            r["old_tokenize"] = {"skipped": r["old"]["skipped"]}
+        else:
+            r["old_tokenize"] = old_tokenization(corpus, args.work, pairs, prepared)
     with contextlib.suppress(KeyError):
         ratio = r["prepare"]["pairs_per_s"] / r["old_tokenize"]["pairs_per_s"]
         r["prepare_vs_old_tokenize"] = ratio
@@ -431,6 +445,8 @@ def rows(r: dict[str, Any]) -> tuple[str, list[str], list[str]]:
         for kind in ("old", "new")
     ]
     notes: list[str] = []
+    if "from" in r["old"]:
+        notes.append(f"- {n} old: figures of the run in {r['old']['from']} (the old code is fixed)")
     for name in ("prepare", "new", "old", "old_tokenize"):
         part = r[name]
         if "skipped" in part or "error" in part:
@@ -532,6 +548,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-old", action="store_true", help="skip the old data path")
     parser.add_argument("--no-doc", action="store_true", help="skip docs and results/")
     parser.add_argument("--report", type=Path, help="only write docs/results from this JSON")
+    parser.add_argument("--old-from", type=Path, help="the old path's figures from this JSON")
     for hidden in ("--tb-times", "--old-tokenize", "--model"):  # the child modes
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--generate", type=int, default=0, help=argparse.SUPPRESS)

@@ -107,6 +107,8 @@ class TrainData:
         return self.plan
 
     def make_plan(self, epoch: int) -> EpochPlan:
+        """Blocks (one per length triple, the corpora's groups merged, each corpus's share
+        drawn by its weight), the batches cut over them, and their shuffled order."""
         rows: list[tuple[int, int, int, int, int]] = []  # (key, corpus, start, count, drawn)
         for c, (groups, weight) in enumerate(zip(self.groups, self.weights, strict=True)):
             counts = groups[:, 4]
@@ -133,7 +135,8 @@ class TrainData:
                 keys.append(key)
                 members.append([])
             members[-1].append((c, start, count, drawn))
-        sizes = np.array([(k >> 32) + 2 for k in keys], dtype=np.int64)  # +2: BOS/EOS and the +1
+        # token_batches' size of a pair: max(src + 1, tgt + 1) + 1, the + 1s for BOS and EOS
+        sizes = np.array([(k >> 32) + 2 for k in keys], dtype=np.int64)
         totals = np.array([sum(m[3] for m in ms) for ms in members], dtype=np.int64)
         batch_starts = cut_batches(sizes, totals, self.max_tokens)
         rng = np.random.default_rng([self.seed, epoch, 0])
@@ -194,12 +197,15 @@ class TrainData:
         """The padded Batch of `ref` (data.collate's layout), read from the corpora."""
         corpus, index = self.members_of(ref)
         rows = [self.corpora[c].row(i) for c, i in zip(corpus.tolist(), index.tolist())]
-        return Batch(
+        batch = Batch(
             src=pad([[*s.tolist(), EOS_ID] for s, _ in rows]),
             tgt_in=pad([[BOS_ID, *t.tolist()] for _, t in rows]),
             tgt_out=pad([[*t.tolist(), EOS_ID] for _, t in rows]),
             index=torch.from_numpy(self.base[corpus] + index),
         )
+        for c in self.corpora:  # the rows are copied: their pages need not stay mapped
+            c.release()
+        return batch
 
 
 def pad(rows: list[list[int]]) -> torch.Tensor:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,15 @@ class CorpusArrays:
 
     def __len__(self) -> int:
         return len(self.order)
+
+    def release(self) -> None:
+        """Unmap the pages read so far from this process (they stay in the page cache, shared
+        by every process that reads the corpus): without this the resident size would grow with
+        each batch read, a whole page or more for every pair, until the corpus is mapped in."""
+        for array in (self.src_ids, self.tgt_ids, self.src_offsets, self.tgt_offsets, self.order):
+            mapped = getattr(array, "_mmap", None)  # None: in memory (from_ids), or empty
+            if mapped is not None:
+                mapped.madvise(mmap.MADV_DONTNEED)
 
     def row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """The source and target ids of pair `i` (slices of the arrays)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,3 +81,29 @@ def test_weights_draw_shares_of_each_corpus() -> None:
         assert abs(len(from_b) - 3000) < 100 and len(np.unique(from_b)) == 1000
         # every pair of b at least twice, at most four times
         assert np.bincount(from_b).min() >= 2 and np.bincount(from_b).max() <= 4
+
+
+def test_reading_batches_keeps_the_resident_size_flat(tmp_path: Path) -> None:
+    """Collated rows are unmapped again: reading a prepared corpus does not grow the process's
+    file-backed resident memory (RssFile) with every batch."""
+    from seq2seq.prepare import SplitWriter
+
+    gen = np.random.default_rng(0)
+    n = 2_000_000  # 100 MB of arrays: a batch's rows lie far apart
+    src_lens, tgt_lens = gen.integers(1, 20, n), gen.integers(1, 20, n)
+    src, tgt = gen.integers(4, 1000, src_lens.sum()), gen.integers(4, 1000, tgt_lens.sum())
+    writer = SplitWriter(tmp_path / "split", np.dtype(np.uint16), 10**4)
+    writer.add(src, src_lens, tgt, tgt_lens, np.zeros(n, bool))
+    arrays = CorpusArrays.open(tmp_path / "split", writer.close(), np.dtype(np.uint16))
+    data = TrainData({"a": arrays}, [], 10**4, 4096, seed=0)
+
+    def file_kb() -> int:
+        status = Path("/proc/self/status").read_text().splitlines()
+        return int(next(line.split()[1] for line in status if line.startswith("RssFile:")))
+
+    refs = data.epoch_batches(0)
+    data.collate(refs[0])
+    before = file_kb()
+    for ref in refs[1:50]:
+        data.collate(ref)
+    assert file_kb() - before < 2048  # without release(): tens of MB (pages of every row read)
