@@ -87,36 +87,50 @@ def eval_files(data: DataConfig) -> dict[str, tuple[Path, Path]]:
 class Reservoir:
     """A seeded uniform sample of at most `size` non-empty pairs from a stream of chunks: each
     pair draws a random key and the `size` smallest keys are kept (Efraimidis & Spirakis 2006
-    with equal weights)."""
+    with equal weights). Candidates pile up to twice `size` before the largest keys are dropped,
+    so that the work stays linear in the stream."""
 
     def __init__(self, size: int, seed: int) -> None:
         """An empty sample of at most `size` pairs, drawn with `seed`."""
         self.size, self.rng = size, np.random.default_rng(seed)
-        self.keys = np.zeros(0)  # (kept,)
-        self.position = np.zeros(0, dtype=np.int64)  # (kept,) order of arrival
+        self.keys: list[np.ndarray] = []  # per chunk: (taken,) the candidates' keys
+        self.position: list[np.ndarray] = []  # per chunk: (taken,) their place in the stream
         self.pairs: list[tuple[str, str]] = []
-        self.seen = 0
+        self.count = self.seen = 0
+        self.threshold = np.inf  # keys at or above it can no longer enter
 
     def add(self, src: list[str], tgt: list[str]) -> None:
         """Offer the next chunk of line pairs (blank ones never enter)."""
         keys = self.rng.random(len(src))  # (chunk,) drawn for every pair: reproducible
-        if len(self.keys) >= self.size:
-            take = np.flatnonzero(keys < self.keys.max())  # only these can enter
-        else:
-            take = np.arange(len(src))
-        take = np.array([i for i in take.tolist() if src[i].strip() and tgt[i].strip()], int)
-        self.keys = np.concatenate([self.keys, keys[take]])
-        self.position = np.concatenate([self.position, self.seen + take])
-        self.pairs += [(src[i], tgt[i]) for i in take.tolist()]
+        take = [
+            i
+            for i in np.flatnonzero(keys < self.threshold).tolist()
+            if src[i].strip() and tgt[i].strip()
+        ]
+        self.keys.append(keys[take])
+        self.position.append(self.seen + np.array(take, dtype=np.int64))
+        self.pairs += [(src[i], tgt[i]) for i in take]
+        self.count += len(take)
         self.seen += len(src)
-        if len(self.keys) > self.size:
-            keep = np.argpartition(self.keys, self.size)[: self.size]
-            self.keys, self.position = self.keys[keep], self.position[keep]
+        if self.count > 2 * self.size:
+            self.compact()
+
+    def compact(self) -> None:
+        """Keep the `size` smallest keys (all of them when fewer)."""
+        keys, position = np.concatenate(self.keys), np.concatenate(self.position)
+        if len(keys) > self.size:
+            keep = np.argpartition(keys, self.size - 1)[: self.size]
+            keys, position = keys[keep], position[keep]
             self.pairs = [self.pairs[i] for i in keep.tolist()]
+            self.threshold = float(keys.max())
+        self.keys, self.position, self.count = [keys], [position], len(keys)
 
     def sample(self) -> tuple[list[str], list[str]]:
         """The sampled (source, target) lines in file order."""
-        ordered = np.argsort(self.position, kind="stable")
+        if not self.pairs:
+            return [], []
+        self.compact()
+        ordered = np.argsort(self.position[0], kind="stable").tolist()
         return [self.pairs[i][0] for i in ordered], [self.pairs[i][1] for i in ordered]
 
 
