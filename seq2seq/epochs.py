@@ -15,7 +15,10 @@ epoch draws weight x pairs of a split in expectation, stratified by length).
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,6 +28,9 @@ from seq2seq.prepared import CorpusArrays
 
 log = logging.getLogger(__name__)
 
+# rows read between two CorpusArrays.release(): a page fault maps up to 16 pages (the kernel's
+# fault-around), so a batch's rows would otherwise map tens of MB at once
+RELEASE_EVERY = 32
 # a batch of an epoch: (epoch, its number in the epoch's plan)
 BatchRef = tuple[int, int]
 
@@ -87,7 +93,9 @@ class TrainData:
             g[np.maximum(g[:, 1], g[:, 2]) <= max_len] for g in (c.groups for c in self.corpora)
         ]
         self.plan: EpochPlan | None = None
-        self.cached: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+        self.pending: dict[BatchRef, Future[Batch]] = {}
 
     def __len__(self) -> int:
         """Pairs within max_len, over every corpus (each counted once)."""
@@ -99,12 +107,24 @@ class TrainData:
         return [len(c) - k for c, k in zip(self.corpora, kept, strict=True)]
 
     def epoch_plan(self, epoch: int) -> EpochPlan:
-        """The plan of `epoch` (the last one is kept)."""
-        if self.plan is None or self.plan.epoch != epoch:
-            self.plan, self.cached = self.make_plan(epoch), {}
-            shares = ", ".join(f"{n} {d}" for n, d in zip(self.names, self.plan.drawn, strict=True))
-            log.info("epoch %d: %d batches; pairs drawn: %s", epoch, len(self.plan.order), shares)
-        return self.plan
+        """The plan of `epoch` (the last one is kept; the prefetch thread asks too)."""
+        with self.lock:
+            plan = self.plan
+            if plan is None or plan.epoch != epoch:
+                self.plan = plan = self.make_plan(epoch)
+                drawn = zip(self.names, plan.drawn, strict=True)
+                shares = ", ".join(f"{n} {d}" for n, d in drawn)
+                log.info("epoch %d: %d batches; pairs drawn: %s", epoch, len(plan.order), shares)
+            return plan
+
+    def prefetch(self, refs: list[BatchRef]) -> None:
+        """Start collating `refs` in a background thread, so that their rows are read from disk
+        while the model computes; `collate` then takes them from there."""
+        self.pending = {ref: self.pool.submit(self.read, ref) for ref in refs}
+
+    def close(self) -> None:
+        """Stop the prefetch thread."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
     def make_plan(self, epoch: int) -> EpochPlan:
         """Blocks (one per length triple, the corpora's groups merged, each corpus's share
@@ -158,54 +178,90 @@ class TrainData:
         plan = self.epoch_plan(epoch)
         return [(epoch, int(b)) for b in plan.order]
 
-    def block(self, plan: EpochPlan, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """Corpus and pair index of every member of block j, in the epoch's random order."""
-        if j not in self.cached:
-            corpus, index = [], []
-            for c, start, count, drawn in plan.members[j]:
-                pairs = np.asarray(self.corpora[c].order[start : start + count], dtype=np.int64)
-                rng = np.random.default_rng([self.seed, plan.epoch, c, 2, int(plan.keys[j])])
-                picks = np.concatenate([rng.permutation(count) for _ in range(-(-drawn // count))])[
-                    :drawn
-                ]
-                index.append(pairs[picks])
-                corpus.append(np.full(drawn, c, dtype=np.int64))
-            mix = np.random.default_rng([self.seed, plan.epoch, 3, int(plan.keys[j])])
-            shuffle = mix.permutation(int(plan.block_starts[j + 1] - plan.block_starts[j]))
-            if len(self.cached) > 8:
-                self.cached.clear()
-            self.cached[j] = (np.concatenate(corpus)[shuffle], np.concatenate(index)[shuffle])
-        return self.cached[j]
+    def block_slice(self, plan: EpochPlan, j: int, lo: int, hi: int) -> tuple[Any, Any]:
+        """Corpus and pair index of positions [lo, hi) of block j in the epoch's random order,
+        without laying out the whole block (at 20M pairs one holds up to millions)."""
+        members, key = plan.members[j], int(plan.keys[j])
+        slots = permute(
+            np.arange(lo, hi),
+            int(plan.block_starts[j + 1] - plan.block_starts[j]),
+            (self.seed, plan.epoch, 3, key),
+        )
+        ends = np.cumsum([m[3] for m in members])  # (members,) each corpus's drawn slots
+        which = np.searchsorted(ends, slots, side="right")  # (hi - lo,) the member of each
+        corpus = np.empty(len(slots), dtype=np.int64)
+        index = np.empty(len(slots), dtype=np.int64)
+        for k, (c, start, count, drawn) in enumerate(members):
+            here = np.flatnonzero(which == k)
+            # the d-th draw of a corpus is its (d mod count)-th pair in a random order: weights
+            # under 1 take a random part of the group, over 1 every pair that many times
+            draw = (slots[here] - (ends[k] - drawn)) % count
+            local = permute(draw, count, (self.seed, plan.epoch, c, 2, key))
+            corpus[here] = c
+            index[here] = self.corpora[c].order[start + local]
+        return corpus, index
 
     def members_of(self, ref: BatchRef) -> tuple[np.ndarray, np.ndarray]:
         """Corpus and pair index of each pair of batch `ref`."""
         plan = self.epoch_plan(ref[0])
         start, end = plan.batch_starts[ref[1]], plan.batch_starts[ref[1] + 1]
-        first = int(np.searchsorted(plan.block_starts, start, side="right")) - 1
+        j = int(np.searchsorted(plan.block_starts, start, side="right")) - 1
         corpus, index = [], []
-        j = first
         while plan.block_starts[j] < end:
-            c, i = self.block(plan, j)
             lo = max(start - plan.block_starts[j], 0)
             hi = min(end, plan.block_starts[j + 1]) - plan.block_starts[j]
-            corpus.append(c[lo:hi])
-            index.append(i[lo:hi])
+            c, i = self.block_slice(plan, j, int(lo), int(hi))
+            corpus.append(c)
+            index.append(i)
             j += 1
         return np.concatenate(corpus), np.concatenate(index)
 
     def collate(self, ref: BatchRef) -> Batch:
-        """The padded Batch of `ref` (data.collate's layout), read from the corpora."""
+        """The padded Batch of `ref` (data.collate's layout): prefetched, or read now."""
+        future = self.pending.pop(ref, None)
+        return future.result() if future is not None else self.read(ref)
+
+    def read(self, ref: BatchRef) -> Batch:
+        """The padded Batch of `ref`, read from the corpora."""
         corpus, index = self.members_of(ref)
-        rows = [self.corpora[c].row(i) for c, i in zip(corpus.tolist(), index.tolist())]
-        batch = Batch(
-            src=pad([[*s.tolist(), EOS_ID] for s, _ in rows]),
-            tgt_in=pad([[BOS_ID, *t.tolist()] for _, t in rows]),
-            tgt_out=pad([[*t.tolist(), EOS_ID] for _, t in rows]),
+        rows: list[tuple[list[int], list[int]]] = []
+        pairs = list(zip(corpus.tolist(), index.tolist()))
+        for at in range(0, len(pairs), RELEASE_EVERY):
+            for c, i in pairs[at : at + RELEASE_EVERY]:
+                src, tgt = self.corpora[c].row(i)
+                rows.append((src.tolist(), tgt.tolist()))
+            for arrays in self.corpora:  # copied: their pages need not stay mapped
+                arrays.release()
+        return Batch(
+            src=pad([[*s, EOS_ID] for s, _ in rows]),
+            tgt_in=pad([[BOS_ID, *t] for _, t in rows]),
+            tgt_out=pad([[*t, EOS_ID] for _, t in rows]),
             index=torch.from_numpy(self.base[corpus] + index),
         )
-        for c in self.corpora:  # the rows are copied: their pages need not stay mapped
-            c.release()
-        return batch
+
+
+def permute(index: np.ndarray, n: int, seed: tuple[int, ...]) -> np.ndarray:
+    """pi(index) for a pseudo-random permutation pi of range(n) drawn from `seed`: a four-round
+    Feistel network (Luby & Rackoff 1988) on the smallest even power of two >= n, walked back
+    into range(n) (Black & Rogaway 2002). Any slice of pi costs its length, not n."""
+    half = max(1, (max(n - 1, 1).bit_length() + 1) // 2)
+    mask = np.uint64((1 << half) - 1)
+    keys = np.random.default_rng(list(seed)).integers(0, 1 << 63, 4, dtype=np.uint64)
+
+    def rounds(x: np.ndarray) -> np.ndarray:
+        left, right = x >> np.uint64(half), x & mask
+        for key in keys:
+            f = right * np.uint64(0x9E3779B97F4A7C15) + key  # splitmix64's mixing, wrapping
+            f ^= f >> np.uint64(31)
+            f *= np.uint64(0xBF58476D1CE4E5B9)
+            f ^= f >> np.uint64(29)
+            left, right = right, left ^ (f & mask)
+        return (left << np.uint64(half)) | right
+
+    out = rounds(index.astype(np.uint64))
+    while (outside := out >= n).any():  # cycle walking: a bijection on range(n)
+        out[outside] = rounds(out[outside])
+    return out.astype(np.int64)
 
 
 def pad(rows: list[list[int]]) -> torch.Tensor:

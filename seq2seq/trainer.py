@@ -358,7 +358,9 @@ class Trainer:
                     continue
                 ids = batches[s.batch : s.batch + t.accum_steps]
                 s.batch += len(ids)
-                stats = self.train_step([self._collate(i) for i in ids])
+                group = [self._collate(i) for i in ids]
+                self.train_data.prefetch(batches[s.batch : s.batch + t.accum_steps])  # next ones
+                stats = self.train_step(group)
                 if stats is None:
                     continue
                 window.add(stats)
@@ -482,5 +484,6 @@ class Trainer:
         return results
 
     def close(self) -> None:
+        self.train_data.close()
         self.writer.close()
         self.steplog.close()

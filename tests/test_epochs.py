@@ -107,3 +107,29 @@ def test_reading_batches_keeps_the_resident_size_flat(tmp_path: Path) -> None:
     for ref in refs[1:50]:
         data.collate(ref)
     assert file_kb() - before < 2048  # without release(): tens of MB (pages of every row read)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 64, 1000, 4097])
+def test_permute_is_a_seeded_bijection_evaluated_by_slices(n: int) -> None:
+    from seq2seq.epochs import permute
+
+    whole = permute(np.arange(n), n, (1, 2))
+    assert sorted(whole.tolist()) == list(range(n))
+    parts = [permute(np.arange(a, min(a + 5, n)), n, (1, 2)) for a in range(0, n, 5)]
+    assert np.concatenate(parts).tolist() == whole.tolist()
+    if n > 7:
+        assert whole.tolist() != permute(np.arange(n), n, (1, 3)).tolist()
+        assert whole.tolist() != list(range(n))
+
+
+def test_prefetched_batches_are_the_batches() -> None:
+    src, tgt = random_pairs(random.Random(2), 400)
+    data = TrainData({"a": CorpusArrays.from_ids(src, tgt)}, [], 64, 120, seed=4)
+    refs = data.epoch_batches(0)
+    data.prefetch(refs[:3])
+    for ref in refs[:4]:  # three from the thread, one read now
+        got, want = data.collate(ref), data.read(ref)
+        assert got.index.equal(want.index) and got.src.equal(want.src)
+        assert got.tgt_in.equal(want.tgt_in) and got.tgt_out.equal(want.tgt_out)
+    assert not data.pending
+    data.close()
