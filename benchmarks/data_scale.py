@@ -3,7 +3,7 @@ prepared one, on synthetic corpora of 29k to 20M pairs.
 
     python benchmarks/data_scale.py [--sizes 29000,1000000,5000000,20000000]
         [--work /tmp/data_scale] [--steps 50] [--data DIR] [--no-old] [--no-doc]
-        [--old-from JSON] [--report JSON]
+        [--old-from JSON] [--report JSON] [--speed-repeats 3] [--speed-size 1000000]
 
 Corpora: <work>/corpus-N/train.{en,de}: N pairs, each the first half (of the words, rounded
 down) of a random Multi30k en-de training pair and the second half of another, on both sides
@@ -17,6 +17,9 @@ parent's peak: this process imports nothing heavy) and the sampled PSS of all th
 processes. The old path is skipped where its RSS, on a line through the sizes measured (1.2 GB +
 1.7 GB per 1M pairs before two are), would exceed 80% of MemTotal. Results: <work>/data_scale.json
 after each size; benchmarks/results/data_scale.json and docs/BENCHMARKS.md unless --no-doc.
+One run's steps/s depends on the batches its first steps draw (the two paths shuffle
+differently), so training speed is also compared over --speed-repeats runs of each path at
+--speed-size pairs, alternating which runs first (mean ± std).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -522,6 +526,7 @@ def report(result: dict[str, Any]) -> str:
         + "\n\n"
         + "\n".join(runs)
         + ("\n\nSkipped, failed or disturbed:\n\n" + "\n".join(notes) if notes else "")
+        + ("\n\n" + "\n".join(speed_lines(result)) if speed_lines(result) else "")
         + ("\n\nTargets:\n\n" + "\n".join(targets(result)) if targets(result) else "")
         + "\n"
     )
@@ -549,6 +554,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-doc", action="store_true", help="skip docs and results/")
     parser.add_argument("--report", type=Path, help="only write docs/results from this JSON")
     parser.add_argument("--old-from", type=Path, help="the old path's figures from this JSON")
+    parser.add_argument("--speed-repeats", type=int, default=3, help="speed runs of each path")
+    parser.add_argument("--speed-size", type=int, default=1_000_000, help="pairs of those runs")
     for hidden in ("--tb-times", "--old-tokenize", "--model"):  # the child modes
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--generate", type=int, default=0, help=argparse.SUPPRESS)
@@ -584,10 +591,58 @@ def main() -> None:
         result["results"].append(run_size(pairs, args, measured))
         result["harness_peak_rss_mb"] = peak_rss_mb()  # a floor of every child's ru_maxrss
         (args.work / "data_scale.json").write_text(json.dumps(result, indent=2) + "\n")
+    if args.speed_repeats and not args.no_old and args.prepare is not None:
+        result["speed"] = speed_repeats(args)
+        (args.work / "data_scale.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     print(report(result))
     if not args.no_doc:
         publish(result)
+
+
+def speed_repeats(args: argparse.Namespace) -> dict[str, Any]:
+    """Training speed of both paths at --speed-size, --speed-repeats runs each, alternating
+    which goes first: one run's steps/s varies with the batches its first steps draw."""
+    pairs = args.speed_size
+    corpus, _ = ensure_corpus(args.work, pairs, args.data)
+    prepared = args.work / f"prepared-{pairs}"
+    runs: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
+    for rep in range(args.speed_repeats):
+        for kind in ("old", "new") if rep % 2 == 0 else ("new", "old"):
+            extra = [f"data.prepared={prepared}"] if kind == "new" else []
+            runs[kind].append(train(kind, corpus, args, pairs, *extra))
+    out: dict[str, Any] = {"pairs": pairs, "runs": runs}
+    for kind, results in runs.items():
+        for key in ("steps_per_s", "tgt_tokens_per_s"):
+            values = [r[key] for r in results if isinstance(r.get(key), int | float)]
+            if len(values) >= 2:
+                out[f"{kind}_{key}"] = {
+                    "mean": statistics.fmean(values),
+                    "std": statistics.stdev(values),
+                    "n": len(values),
+                }
+    return out
+
+
+def speed_lines(result: dict[str, Any]) -> list[str]:
+    """The repeated speed runs as report lines."""
+    sp = result.get("speed")
+    if not sp or "new_steps_per_s" not in sp or "old_steps_per_s" not in sp:
+        return []
+    lines = [
+        f"Training speed at {label(sp['pairs'])} pairs, {sp['new_steps_per_s']['n']} runs "
+        f"each (alternating), mean ± std:",
+        "",
+    ]
+    for kind in ("old", "new"):
+        a, b = sp[f"{kind}_steps_per_s"], sp[f"{kind}_tgt_tokens_per_s"]
+        lines.append(
+            f"- {kind}: {a['mean']:.2f} ± {a['std']:.2f} steps/s, "
+            f"{b['mean']:,.0f} ± {b['std']:,.0f} target tokens/s"
+        )
+    ratio = sp["new_steps_per_s"]["mean"] / sp["old_steps_per_s"]["mean"]
+    lines.append(f"- new / old, steps/s: {ratio:.2f}")
+    return lines
 
 
 def publish(result: dict[str, Any]) -> None:

@@ -5,7 +5,9 @@ than from a list of every pair: pairs are sorted by (width, tgt len, src len) wi
 order, cut greedily into batches under the token budget, and the batches shuffled. Because the
 cut depends only on the lengths, the batch boundaries come from the group counts alone, in
 O(groups + batches); which pairs fill a batch is drawn when the batch is collated. Everything is
-a pure function of (seed, epoch), so resuming and torchrun sharding are exact.
+a pure function of (seed, epoch), so resuming and torchrun sharding are exact. The random order
+within a block is a seeded pseudo-random permutation (`permute`), evaluated only at the positions
+a batch takes, and the next batch is read in a background thread while the model computes.
 
 Several training splits are mixed: a key's group is the union of the splits' groups of that
 key, and data.weights scales each split's share of every group (stochastic rounding, so an
