@@ -15,10 +15,10 @@ from pathlib import Path
 
 from seq2seq.checkpoint import data_fingerprint
 from seq2seq.config import DataConfig, TokenizerConfig, TrainConfig, resolve_path
-from seq2seq.data import Split, find_split_file, read_parallel
+from seq2seq.data import Split, read_parallel
 from seq2seq.distributed import broadcast, current
 from seq2seq.epochs import TrainData
-from seq2seq.prepare import cached_prepare, digests
+from seq2seq.prepare import cached_prepare, digests, split_files
 from seq2seq.prepared import (
     CorpusArrays,
     Prepared,
@@ -86,8 +86,7 @@ def rank0_prepare(
 
 def eval_source(data: DataConfig, name: str) -> tuple[Path, Path]:
     """The raw (source, target) files of split `name` under data.root."""
-    root = resolve_path(data.root)
-    return find_split_file(root, name, data.src_lang), find_split_file(root, name, data.tgt_lang)
+    return split_files(data, [name])[name]
 
 
 def read_split(data: DataConfig, name: str) -> list[tuple[str, str]]:

@@ -112,14 +112,8 @@ def _read_bytes(path: Path) -> bytes:
 
     A file named `.gz` without a gzip header is read as plain text if it is valid UTF-8.
     """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found. fix: check the path") from None
-    except IsADirectoryError:
-        raise DataError(f"{path}: is a directory, expected a text file") from None
-    except OSError as err:
-        raise DataError(f"{path}: cannot read ({err})") from err
+    with _open_binary(path) as handle:
+        raw = handle.read()
     if raw[:2] != GZIP_MAGIC:
         if path.suffix == ".gz" and not _is_utf8(raw):
             raise DataError(
@@ -130,10 +124,26 @@ def _read_bytes(path: Path) -> bytes:
     try:
         return gzip.decompress(raw)
     except (OSError, EOFError, zlib.error) as err:
-        raise DataError(
-            f"{path}: corrupt or truncated gzip file ({err}). fix: re-download or "
-            f"re-compress it (gzip -t {path} checks a file)"
-        ) from None
+        raise _corrupt_gzip(path, err) from None
+
+
+def _corrupt_gzip(path: Path, err: Exception) -> DataError:
+    return DataError(
+        f"{path}: corrupt or truncated gzip file ({err}). fix: re-download or "
+        f"re-compress it (gzip -t {path} checks a file)"
+    )
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    """`path` opened for reading bytes; a missing file or a folder is a DataError."""
+    try:
+        return path.open("rb")
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found. fix: check the path") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, expected a text file") from None
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err})") from err
 
 
 def decode_text(path: Path | str, data: bytes, first_line: int = 1) -> str:
@@ -194,15 +204,8 @@ def _mismatch(src_path: Path, tgt_path: Path, n_src: int, n_tgt: int) -> str:
 
 def _open_stream(path: Path) -> BinaryIO:
     """`path` opened for reading bytes, decompressed when it starts with the gzip magic."""
-    try:
-        raw = path.open("rb")
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found. fix: check the path") from None
-    except IsADirectoryError:
-        raise DataError(f"{path}: is a directory, expected a text file") from None
-    except OSError as err:
-        raise DataError(f"{path}: cannot read ({err})") from err
-    if raw.peek(2)[:2] == GZIP_MAGIC:
+    raw = _open_binary(path)
+    if raw.peek(2)[:2] == GZIP_MAGIC:  # type: ignore[attr-defined]
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     return raw
 
@@ -212,10 +215,7 @@ def _read_block(stream: BinaryIO, path: Path) -> bytes:
     try:
         return stream.read(STREAM_BLOCK)
     except (OSError, EOFError, zlib.error) as err:
-        raise DataError(
-            f"{path}: corrupt or truncated gzip file ({err}). fix: re-download or "
-            f"re-compress it (gzip -t {path} checks a file)"
-        ) from None
+        raise _corrupt_gzip(path, err) from None
 
 
 def iter_lines(path: Path | str, chunk: int) -> Iterator[list[str]]:

@@ -28,7 +28,7 @@ import multiprocessing
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,28 +57,26 @@ MAX_LENGTH = (1 << 16) - 1  # lengths are stored in 16 bits (prepared.index_arra
 Chunk = tuple[list[str], list[str]]
 
 
-def train_files(data: DataConfig) -> dict[str, tuple[Path, Path]]:
-    """The (source, target) files of each training split."""
+def split_files(data: DataConfig, names: Iterable[str]) -> dict[str, tuple[Path, Path]]:
+    """The (source, target) files of each split of `names` under data.root."""
     root = resolve_path(data.root)
     return {
         name: (
             find_split_file(root, name, data.src_lang),
             find_split_file(root, name, data.tgt_lang),
         )
-        for name in data.train
+        for name in dict.fromkeys(names)
     }
+
+
+def train_files(data: DataConfig) -> dict[str, tuple[Path, Path]]:
+    """The (source, target) files of each training split."""
+    return split_files(data, data.train)
 
 
 def eval_files(data: DataConfig) -> dict[str, tuple[Path, Path]]:
     """The (source, target) files of the validation and test splits."""
-    root = resolve_path(data.root)
-    return {
-        name: (
-            find_split_file(root, name, data.src_lang),
-            find_split_file(root, name, data.tgt_lang),
-        )
-        for name in dict.fromkeys([data.valid, *data.test])
-    }
+    return split_files(data, [data.valid, *data.test])
 
 
 # --------------------------------------------------------------------------- pass 1: sample
