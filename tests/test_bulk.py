@@ -43,6 +43,7 @@ def lines_of(split: str) -> list[str]:
             with gzip.open(MULTI30K / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
                 found += f.read().split("\n")[:3000]
         return found
+    split = {"val": "valid"}.get(split, split)  # the numbers data's name of it
     with gzip.open(REPO / "data" / "numbers" / f"{split}.en.gz", "rt", encoding="utf-8") as f:
         return f.read().split("\n")[:3000]
 
