@@ -20,6 +20,7 @@ from seq2seq import kernels
 from seq2seq.checkpoint import load_checkpoint, load_model_state
 from seq2seq.config import (
     ConfigError,
+    Kernels,
     OptimConfig,
     PosEncodingConfig,
     TrainConfig,
@@ -125,7 +126,9 @@ def init_process(t: TrainerConfig) -> tuple[DistInfo, torch.device]:
     random.seed(t.seed)
     torch.manual_seed(t.seed)
     dist, device = init_distributed(resolve_device(t.device))
-    kernels.setup_process(device, training=True, mode=t.kernels)
+    # torch.compile fuses plain PyTorch itself and cannot lower our oneDNN calls
+    mode = Kernels.reference if t.compile else t.kernels
+    kernels.setup_process(device, training=True, mode=mode)
     return dist, device
 
 

@@ -149,7 +149,8 @@ class TrainerConfig:
     # reference: plain PyTorch everywhere (F.linear, F.scaled_dot_product_attention, F.dropout,
     # F.cross_entropy on full logits). Same model and results to float rounding (seq2seq/kernels)
     kernels: Kernels = Kernels.auto
-    # torch.compile the model for training (first steps slower while it compiles; CUDA mainly)
+    # torch.compile the model for training (first steps slower while it compiles; CUDA mainly);
+    # it runs on the plain-PyTorch kernels (trainer.kernels is then taken as reference)
     compile: bool = False
     # device peak in TFLOPS for train/mfu in TensorBoard; 0 = a table of GPUs by name
     # (seq2seq/flops.py: bf16 dense peaks), or on the CPU a matmul's, measured at start
