@@ -65,6 +65,16 @@ def to_dataclass(cfg: DictConfig) -> Any:
         raise config_error(err) from err
 
 
+def command_line_overrides() -> list[str] | None:
+    """The overrides of the running Hydra app's command line, or None outside one (a call from
+    Python)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    return list(HydraConfig.get().overrides.task)
+
+
 def one_line(text: str) -> str:
     return " ".join(line.strip() for line in text.splitlines() if line.strip())
 

@@ -7,6 +7,7 @@ and the error names the full key (e.g. `pos_encoding.kind`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -340,6 +341,24 @@ def resolve_path(path: str | Path) -> Path:
     if p.is_absolute() or p.exists():
         return p
     return PROJECT_ROOT / p if (PROJECT_ROOT / p).exists() else p
+
+
+def merge_decode(
+    chosen: DecodeConfig, trained: DecodeConfig, overrides: list[str] | None
+) -> tuple[DecodeConfig, list[str]]:
+    """The decoding settings of a translation: the checkpoint's own (`trained`, those its run
+    was tested with) with what the command line changed taken from `chosen` (the composed
+    config). `overrides`: the command line's overrides, or None when the call came from Python
+    (then `chosen` is used whole). Returns the settings and the keys taken from the command line.
+    """
+    if overrides is None:
+        return chosen, []
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    if "decode" in keys:  # a whole group chosen (decode=beam): it, then its own overrides
+        return chosen, ["decode"]
+    changed = [k.split(".", 1)[1] for k in keys if k.startswith("decode.")]
+    merged = dataclasses.replace(trained, **{k: getattr(chosen, k) for k in changed})
+    return merged, [f"decode.{k}" for k in changed]
 
 
 def config_from_dict(values: dict) -> TrainConfig:

@@ -22,14 +22,18 @@ log = logging.getLogger(__name__)
 def translate_split(
     ckpt: str, split: str, data_root: str | None, decode: DecodeConfig, device: str
 ) -> tuple[list[str], list[str]]:
-    """Translate `split` of the checkpoint's data set; returns hypotheses and references."""
+    """Translate `split` of the checkpoint's data set with the checkpoint's decoding settings
+    and the command line's changes (translate.decode_settings); returns hypotheses and
+    references."""
     from seq2seq import kernels
     from seq2seq.build import load_for_inference
     from seq2seq.corpus import read_split
     from seq2seq.search import translate_ids
+    from seq2seq.translate import decode_settings
 
     kernels.setup_process()  # oneDNN's cache caps, before the first product
     model, src_tok, tgt_tok, cfg = load_for_inference(ckpt, device)
+    decode = decode_settings(decode, cfg.decode)
     if data_root is not None:
         cfg.data.root = data_root
     pairs = read_split(cfg.data, split)

@@ -3,7 +3,9 @@
     seq2seq-translate ckpt=outputs/numbers/.../checkpoints/best.pt input=src.txt output=hyp.txt
     echo "forty-two" | seq2seq-translate ckpt=... decode=greedy
 
-With decode.nbest > 1 each input line gives nbest output lines, best first.
+A checkpoint decodes as its run was tested (the checkpoint's decode settings); decode=<group> or
+decode.<key>=... on the command line replace them, and the log says which were used. With
+decode.nbest > 1 each input line gives nbest output lines, best first.
 """
 
 from __future__ import annotations
@@ -14,8 +16,15 @@ from pathlib import Path
 
 from seq2seq import kernels
 from seq2seq.build import load_for_inference
-from seq2seq.cli import entry_point
-from seq2seq.config import TrainConfig, TranslateConfig, check_decode, register_configs
+from seq2seq.cli import command_line_overrides, entry_point
+from seq2seq.config import (
+    DecodeConfig,
+    TrainConfig,
+    TranslateConfig,
+    check_decode,
+    merge_decode,
+    register_configs,
+)
 from seq2seq.data import decode_text, read_lines, split_lines
 from seq2seq.model import EncoderDecoder
 from seq2seq.search import translate_ids
@@ -68,11 +77,29 @@ def translate_lines(
     return out
 
 
+def decode_settings(chosen: DecodeConfig, trained: DecodeConfig) -> DecodeConfig:
+    """The checkpoint's decoding settings (as its run was tested) with the command line's
+    changes (config.merge_decode), logged."""
+    decode, changed = merge_decode(chosen, trained, command_line_overrides())
+    check_decode(decode)
+    source = f"the command line's {', '.join(changed)} over " if changed else ""
+    log.info("decoding with %sthe checkpoint's settings: %s", source, describe_decode(decode))
+    return decode
+
+
+def describe_decode(d: DecodeConfig) -> str:
+    return (
+        f"{d.method.value}, beam {d.beam_size}, length penalty {d.length_penalty.value} "
+        f"(alpha {d.alpha}), max length {d.max_len_a} * source + {d.max_len_b}"
+    )
+
+
 def run(cfg: TranslateConfig) -> None:
     """Translate cfg.input into cfg.output, one line (nbest lines) per input line."""
     # The checkpoint first: a bad one is reported at once, not after stdin reaches its end (the
     # user may be typing) nor only when the input is non-empty.
     loaded = load_model(cfg)
+    cfg.decode = decode_settings(cfg.decode, loaded[3].decode)
     lines = read_input(cfg.input)
     if not lines:
         log.info("the input %s is empty: the output is empty too", cfg.input)

@@ -21,11 +21,13 @@ import seq2seq.evaluate
 import seq2seq.translate
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import (
+    DecodeConfig,
     EvaluateConfig,
     SearchKind,
     TrainConfig,
     TranslateConfig,
     config_from_dict,
+    merge_decode,
     register_configs,
     resolve_path,
 )
@@ -126,6 +128,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
             "tokenizer=bpe",
             "tokenizer.vocab_size=200",
             f"tokenizer.cache_dir={root / 'tokenizers'}",
+            f"data.cache_dir={root / 'prepared'}",
             "model.d_model=32",
             "model.n_heads=2",
             "model.enc_layers=1",
@@ -280,6 +283,8 @@ def test_console_scripts(run: Run, tmp_path: Path) -> None:
     out = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
     assert len(out) == len(lines) and out[2] == ""
     same = translate_config(run, ["device=cpu", "decode.beam_size=3"])
+    # the checkpoint's decoding settings (greedy) with the command line's beam_size
+    same.decode = merge_decode(same.decode, run.cfg.decode, ["decode.beam_size=3"])[0]
     assert out == seq2seq.translate.translate_lines(same, lines)  # in order, as in-process
 
     refs = (run.data / "test.de").read_text(encoding="utf-8").splitlines()
@@ -291,6 +296,34 @@ def test_console_scripts(run: Run, tmp_path: Path) -> None:
     for key in ("bleu", "chrf"):
         assert isinstance(scores[key], float | int)
         assert scores[f"{key}_signature"].startswith("nrefs:1|")
+
+
+def test_translate_decodes_as_the_run_tested(run: Run, tmp_path: Path) -> None:
+    """Without decode overrides seq2seq-translate takes the checkpoint's decoding settings, so
+    it reproduces the hypotheses the training run wrote for its test split; an override wins."""
+    assert run.cfg.decode.method.value == "greedy"  # configs/translate.yaml's default is beam
+    src = (run.data / "test.en").read_text(encoding="utf-8")
+    (tmp_path / "in.txt").write_text(src, encoding="utf-8")
+    args = [f"ckpt={run.best}", "input=in.txt", "output=out.txt", "device=cpu"]
+    done = cli("seq2seq-translate", args, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "decoding with the checkpoint's settings: greedy" in done.stderr
+    want = (run.run_dir / "test.hyp").read_text(encoding="utf-8")
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8") == want
+    done = cli("seq2seq-translate", [*args, "decode=beam", "decode.beam_size=2"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "the command line's decode over the checkpoint's settings: beam, beam 2" in done.stderr
+
+
+def test_merge_decode_takes_the_command_lines_keys_only() -> None:
+    trained = DecodeConfig(method=SearchKind.beam, beam_size=4, alpha=1.0)
+    chosen = DecodeConfig(method=SearchKind.greedy, beam_size=7, alpha=0.6)
+    assert merge_decode(chosen, trained, None) == (chosen, [])  # from Python: as given
+    assert merge_decode(chosen, trained, ["device=cpu"]) == (trained, [])
+    merged, keys = merge_decode(chosen, trained, ["decode.beam_size=7", "input=x"])
+    assert merged == DecodeConfig(method=SearchKind.beam, beam_size=7, alpha=1.0)
+    assert keys == ["decode.beam_size"]
+    assert merge_decode(chosen, trained, ["decode=greedy"]) == (chosen, ["decode"])
 
 
 def test_console_script_reports_a_bad_checkpoint(tmp_path: Path) -> None:
