@@ -25,21 +25,18 @@ def translate_split(
     """Translate `split` of the checkpoint's data set with the checkpoint's decoding settings
     and the command line's changes (translate.decode_settings); returns hypotheses and
     references."""
-    from seq2seq import kernels
-    from seq2seq.build import load_for_inference
     from seq2seq.corpus import read_split
-    from seq2seq.search import translate_ids
     from seq2seq.translate import decode_settings
+    from seq2seq.translator import Translator
 
-    kernels.setup_process()  # oneDNN's cache caps, before the first product
-    model, src_tok, tgt_tok, cfg = load_for_inference(ckpt, device)
-    decode = decode_settings(decode, cfg.decode)
+    translator = Translator.from_checkpoint(ckpt, device)
+    decode = decode_settings(decode, translator.decode)
+    data = translator.cfg.data
     if data_root is not None:
-        cfg.data.root = data_root
-    pairs = read_split(cfg.data, split)
-    ids = src_tok.encode_batch([p[0] for p in pairs])
-    hyps = translate_ids(model, ids, decode, cfg.data.max_len)
-    return [tgt_tok.decode(h[0].tokens) for h in hyps], [p[1] for p in pairs]
+        data.root = data_root
+    pairs = read_split(data, split)
+    hyps = translator.hypotheses([p[0] for p in pairs], decode)
+    return [n[0].text for n in hyps], [p[1] for p in pairs]
 
 
 def run(cfg: EvaluateConfig) -> dict[str, object]:

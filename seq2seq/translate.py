@@ -14,25 +14,18 @@ import logging
 import sys
 from pathlib import Path
 
-from seq2seq import kernels
-from seq2seq.build import load_for_inference
 from seq2seq.cli import command_line_overrides, entry_point
 from seq2seq.config import (
     DecodeConfig,
-    TrainConfig,
     TranslateConfig,
     check_decode,
     merge_decode,
     register_configs,
 )
 from seq2seq.data import decode_text, read_lines, split_lines
-from seq2seq.model import EncoderDecoder
-from seq2seq.search import translate_ids
-from seq2seq.tokenizer import Tokenizer
+from seq2seq.translator import Translator
 
 log = logging.getLogger(__name__)
-
-Loaded = tuple[EncoderDecoder, Tokenizer, Tokenizer, TrainConfig]
 
 
 def read_input(path: str) -> list[str]:
@@ -43,37 +36,21 @@ def read_input(path: str) -> list[str]:
     return split_lines(decode_text("<stdin>", sys.stdin.buffer.read()))
 
 
-def load_model(cfg: TranslateConfig) -> Loaded:
+def load_model(cfg: TranslateConfig) -> Translator:
     """Check the decoding settings, then load the checkpoint (model, tokenizers, its config)."""
     check_decode(cfg.decode)
-    kernels.setup_process()  # oneDNN's cache caps, before the first product
-    return load_for_inference(cfg.ckpt, cfg.device)
+    return Translator.from_checkpoint(cfg.ckpt, cfg.device)
 
 
 def translate_lines(
-    cfg: TranslateConfig, lines: list[str], loaded: Loaded | None = None
+    cfg: TranslateConfig, lines: list[str], translator: Translator | None = None
 ) -> list[str]:
-    """Translations of `lines` (nbest per line, best first); blank lines stay blank. Characters
-    or words unseen in training become <unk>; lines over the training max_len (in tokens) are
-    truncated to it, with a warning naming them. Loads cfg.ckpt unless `loaded` is given."""
-    model, src_tok, tgt_tok, train_cfg = loaded if loaded is not None else load_model(cfg)
-    ids = src_tok.encode_batch(lines)
-    max_len = train_cfg.data.max_len
-    long = [i + 1 for i, x in enumerate(ids) if len(x) > max_len]
-    if long:
-        shown = ", ".join(map(str, long[:5])) + (", ..." if len(long) > 5 else "")
-        log.warning(
-            "%d input lines exceed %d tokens (data.max_len of the model) and are truncated to "
-            "it: lines %s",
-            len(long),
-            max_len,
-            shown,
-        )
-    hyps = translate_ids(model, ids, cfg.decode, train_cfg.data.max_len)
-    out = []
-    for line, nbest in zip(lines, hyps, strict=True):
-        texts = [tgt_tok.decode(h.tokens) if line.strip() else "" for h in nbest]
-        out.extend(texts[: cfg.decode.nbest])
+    """Translations of `lines` with cfg.decode (nbest per line, best first); blank lines stay
+    blank (Translator.hypotheses). Loads cfg.ckpt unless `translator` is given."""
+    translator = translator if translator is not None else load_model(cfg)
+    out: list[str] = []
+    for nbest in translator.hypotheses(lines, cfg.decode):
+        out.extend(t.text for t in nbest[: cfg.decode.nbest])
     return out
 
 
@@ -98,12 +75,12 @@ def run(cfg: TranslateConfig) -> None:
     """Translate cfg.input into cfg.output, one line (nbest lines) per input line."""
     # The checkpoint first: a bad one is reported at once, not after stdin reaches its end (the
     # user may be typing) nor only when the input is non-empty.
-    loaded = load_model(cfg)
-    cfg.decode = decode_settings(cfg.decode, loaded[3].decode)
+    translator = load_model(cfg)
+    cfg.decode = decode_settings(cfg.decode, translator.decode)
     lines = read_input(cfg.input)
     if not lines:
         log.info("the input %s is empty: the output is empty too", cfg.input)
-    out = translate_lines(cfg, lines, loaded)
+    out = translate_lines(cfg, lines, translator)
     text = "".join(t + "\n" for t in out)
     if cfg.output == "-":
         sys.stdout.write(text)
