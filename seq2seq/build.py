@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from seq2seq import kernels
-from seq2seq.checkpoint import load_checkpoint, load_model_state
+from seq2seq.checkpoint import CheckpointError, load_checkpoint, load_model_state
 from seq2seq.config import (
     ConfigError,
     Kernels,
@@ -29,6 +29,7 @@ from seq2seq.config import (
 )
 from seq2seq.corpus import load_corpus
 from seq2seq.distributed import DistInfo, init_distributed
+from seq2seq.finetune import adopt, load_source
 from seq2seq.model import EncoderDecoder
 from seq2seq.positional import build_positional
 from seq2seq.resume import Resume
@@ -147,12 +148,30 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, resume: Resume | None = None)
     from seq2seq.trainer import Trainer
 
     dist, device = init_process(cfg.trainer)
-    saved = None
+    saved, source = None, None
+    if cfg.trainer.init_from:  # fine-tuning: the source's model settings (a resume's too)
+        source = load_source(cfg.trainer.init_from)
+        adopt(cfg, source)
     if resume is not None:
-        state = resume[1]["tokenizers"]
+        state, source = resume[1]["tokenizers"], None
+        saved = (tokenizer_from_state(state["src"]), tokenizer_from_state(state["tgt"]))
+    elif source is not None:  # and at the start, its tokenizers and weights
+        state = source.state["tokenizers"]
         saved = (tokenizer_from_state(state["src"]), tokenizer_from_state(state["tgt"]))
     corpus = load_corpus(cfg, saved)
     src_tok, tgt_tok = corpus.tokenizers
     model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size).to(device)
+    if source is not None:
+        load_model_state(model, source.state["model"], source.path)
     optimizer, scheduler = build_optimizer(model, cfg.optim, device)
+    if source is not None and not cfg.trainer.init_reset:
+        if "optimizer" not in source.state:
+            raise CheckpointError(
+                f"{source.path} holds no optimizer state (an averaged checkpoint?): fine-tune "
+                "with trainer.init_reset=true"
+            )
+        ours = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        optimizer.load_state_dict(source.state["optimizer"])  # its moments (AdamW's state)
+        for group, settings in zip(optimizer.param_groups, ours, strict=True):
+            group.update(settings)  # this run's lr, schedule and betas, not the source's
     return Trainer(cfg, model, optimizer, scheduler, corpus, run_dir, dist, resume)

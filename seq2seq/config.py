@@ -161,6 +161,10 @@ class TrainerConfig:
     # loadable step_N.pt); never: always start afresh (refused if the run dir has checkpoints);
     # or the path of a checkpoint to resume from. See docs/RELIABILITY.md.
     resume: str = "auto"
+    # fine-tune: a new run (step 0) from this checkpoint's weights and tokenizers, with its model
+    # settings (seq2seq/finetune.py); a resumed run continues from its own checkpoints instead
+    init_from: str | None = None
+    init_reset: bool = True  # with init_from: a fresh optimizer (false: keep its AdamW moments)
     max_bad_steps: int = 5  # stop after this many consecutive non-finite losses/gradients
     patience: int = 0  # stop after this many validations without a BLEU gain (0 = off)
     average_last: int = 0  # average the last N step checkpoints at the end and test it too

@@ -313,6 +313,7 @@ def write_directory(
         file = tmp / (names[side] + suffix)
         save_tokenizer(file, tokenizer)
         tokenizer_entry |= {side: file.name, f"{side}_sha256": sha256_file(file)}
+        tokenizer_entry[f"{side}_kind"] = tokenizer.kind
     train = {}
     for name, pair in files.items():
         train[name] = encode_split(pair, tmp / "train" / name, toks, data.max_len, workers)

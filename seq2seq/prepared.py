@@ -270,9 +270,10 @@ def open_prepared(path: Path, names: list[str]) -> Prepared:
         file = path / toks[side]
         if not file.is_file() or sha256_file(file) != toks[f"{side}_sha256"]:
             raise PreparedError(damaged(file, "the tokenizer is missing or differs"))
-    kind = manifest["settings"]["tokenizer"]["kind"]
-    src_tok = load_tokenizer(path / toks["src"], kind)
-    tgt_tok = src_tok if toks["src"] == toks["tgt"] else load_tokenizer(path / toks["tgt"], kind)
+    kinds = {side: toks[f"{side}_kind"] for side in ("src", "tgt")}
+    src_tok = load_tokenizer(path / toks["src"], kinds["src"])
+    tgt = path / toks["tgt"]
+    tgt_tok = src_tok if toks["src"] == toks["tgt"] else load_tokenizer(tgt, kinds["tgt"])
     dtype = np.dtype(manifest["id_dtype"])
     train = {n: CorpusArrays.open(path / "train" / n, manifest["train"][n], dtype) for n in names}
     return Prepared(path, manifest, (src_tok, tgt_tok), train)

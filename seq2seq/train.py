@@ -34,8 +34,10 @@ from seq2seq.cli import run_hydra
 from seq2seq.config import CONFIG_DIR, ConfigError, TrainConfig, check_config, register_configs
 from seq2seq.data import DataError
 from seq2seq.distributed import broadcast, cleanup, init_distributed
+from seq2seq.finetune import adopt, check_overrides, load_source
 from seq2seq.interrupt import TrainingInterrupted
 from seq2seq.machine import describe
+from seq2seq.prepared import sha256_file
 from seq2seq.resume import (
     Resume,
     ResumeError,
@@ -82,6 +84,11 @@ def train(
     with contextlib.ExitStack() as stack:
         try:  # the lock and the run-dir checks are rank 0's; the others wait for the result
             stack.enter_context(RunLock(run_dir))
+            source = None
+            if cfg.trainer.init_from:  # its model settings, before comparing with a checkpoint
+                source = load_source(cfg.trainer.init_from)
+                check_overrides(cfg, source, overrides or [])
+                adopt(cfg, source)
             resume = prepare_run(cfg, run_dir)
         except Exception as err:
             broadcast((None, f"{type(err).__name__} on rank 0: {err}"))
@@ -89,12 +96,16 @@ def train(
         broadcast((str(resume[0]) if resume else None, None))
         if overrides is not None:
             record_overrides(run_dir, overrides)
+        if source is not None and resume is None:
+            log.info("fine-tuning from %s (sha256 %s)", source.path, sha256_file(source.path))
         trainer = build_trainer(cfg, run_dir, resume)
         try:
             summary = fit_and_test(trainer)
         finally:
             trainer.close()
     summary["resumed_from"] = str(resume[0]) if resume else None
+    if source is not None:
+        summary["init_from"] = {"path": str(source.path), "sha256": sha256_file(source.path)}
     summary["minutes"] = (time.monotonic() - start) / 60
     summary["machine"] = describe()  # the times and speeds above hold for this CPU
     (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")

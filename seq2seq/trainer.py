@@ -349,6 +349,17 @@ class Trainer:
         started, window = time.monotonic(), Window()
         show = t.progress and self.dist.is_main
         bar = tqdm(total=t.max_steps, initial=s.step, disable=not show, desc="train")
+        if s.step == 0 and t.init_from and self.dist.is_main:  # where fine-tuning starts
+            m = self.validate()
+            log.info(
+                "step 0 (the weights of %s): valid loss %.3f ppl %.2f BLEU %.2f",
+                t.init_from,
+                m["loss"],
+                m["ppl"],
+                m["bleu"],
+            )
+            for name, value in m.items():
+                self.writer.add_scalar(f"valid/{name}", value, 0)
         with StopSignals() as stop:
             # rank 0 decides (its clock, its signals), so that every rank stops at the same step
             while (reason := broadcast(self.stop_reason(stop, started))) is None:
