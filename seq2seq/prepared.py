@@ -270,7 +270,8 @@ def open_prepared(path: Path, names: list[str]) -> Prepared:
         file = path / toks[side]
         if not file.is_file() or sha256_file(file) != toks[f"{side}_sha256"]:
             raise PreparedError(damaged(file, "the tokenizer is missing or differs"))
-    kinds = {side: toks[f"{side}_kind"] for side in ("src", "tgt")}
+    kind = manifest["settings"]["tokenizer"]["kind"]  # of directories that name no kind each
+    kinds = {side: toks.get(f"{side}_kind", kind) for side in ("src", "tgt")}
     src_tok = load_tokenizer(path / toks["src"], kinds["src"])
     tgt = path / toks["tgt"]
     tgt_tok = src_tok if toks["src"] == toks["tgt"] else load_tokenizer(tgt, kinds["tgt"])
