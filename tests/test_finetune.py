@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from seq2seq.config import ConfigError
 from seq2seq.finetune import check_overrides, load_source
 from seq2seq.resume import find_checkpoint
 from seq2seq.train import train
-from tests.tiny_run import compose_train, tiny_overrides, write_slice
+from tests.tiny_run import NUMBERS, compose_train, tiny_overrides, write_slice
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +96,41 @@ def test_a_checkpoint_of_another_vocabulary_is_a_clear_error(source: Path, tmp_p
     cfg = compose_train([*overrides(source), f"trainer.init_from={tmp_path / 'other.pt'}"])
     with pytest.raises(CheckpointError, match="other.pt: its weights do not fit"):
         build_trainer(cfg, tmp_path / "tuned")
+
+
+def numbers_lines(split: str, lang: str) -> list[str]:
+    with gzip.open(NUMBERS / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def test_finetuning_on_longer_phrases_raises_their_bleu(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A numbers model trained on short phrases, fine-tuned on long ones: the BLEU of held-out
+    long phrases (the validation split) goes up from the source weights' (step 0)."""
+    caplog.set_level(logging.INFO)
+    data = tmp_path / "data"
+    data.mkdir()
+    for lang in ("en", "de"):
+        long = numbers_lines("test_long", lang)
+        splits = {"train": numbers_lines("train", lang)[:3000], "test": long[:20]}
+        splits["valid"] = numbers_lines("valid", lang)[:50]
+        splits |= {"long": long[:400], "longval": long[400:450]}
+        for split, lines in splits.items():
+            (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    model = ["model.d_model=64", "model.d_ff=128", "model.enc_layers=2", "model.dec_layers=2"]
+    common = [*model, "model.dropout=0.0", "trainer.max_tokens=1024", "trainer.max_steps=300"]
+    common += ["trainer.valid_every=1000", "trainer.valid_bleu_sentences=50"]
+    first = tiny_overrides(data, tmp_path / "cache", *common, "optim.lr=0.005")
+    first.append("optim.warmup_steps=30")
+    train(compose_train(first), tmp_path / "source", first)
+    source = tmp_path / "source" / "checkpoints" / "last.pt"
+    tune = [*common, "data.train=[long]", "data.valid=longval", f"trainer.init_from={source}"]
+    tune = tiny_overrides(data, tmp_path / "cache", *tune, "optim.lr=0.002")
+    tune.append("optim.warmup_steps=0")
+    train(compose_train(tune), tmp_path / "tuned", tune)
+    start = next(r.getMessage() for r in caplog.records if "step 0 (the weights" in r.getMessage())
+    bleu_at_0 = float(re.search(r"BLEU ([\d.]+)", start).group(1))  # type: ignore[union-attr]
+    results = json.loads((tmp_path / "tuned" / "results.json").read_text())
+    assert results["steps"] == 300
+    assert results["best_valid_bleu"] > bleu_at_0 + 5
