@@ -29,7 +29,7 @@ from seq2seq.config import (
 )
 from seq2seq.corpus import load_corpus
 from seq2seq.distributed import DistInfo, init_distributed
-from seq2seq.finetune import adopt, load_source
+from seq2seq.finetune import Source, adopt, load_source
 from seq2seq.model import EncoderDecoder
 from seq2seq.positional import build_positional
 from seq2seq.resume import Resume
@@ -133,9 +133,12 @@ def init_process(t: TrainerConfig) -> tuple[DistInfo, torch.device]:
     return dist, device
 
 
-def build_trainer(cfg: TrainConfig, run_dir: Path, resume: Resume | None = None) -> Trainer:
+def build_trainer(
+    cfg: TrainConfig, run_dir: Path, resume: Resume | None = None, source: Source | None = None
+) -> Trainer:
     """The Trainer of cfg's run in run_dir, continuing from `resume` (a checkpoint's path and
-    contents) when given.
+    contents) when given; with trainer.init_from, starting from `source` (loaded here when not
+    given).
 
     Sets the process up (init_process), reads and encodes the corpus (with the checkpoint's
     tokenizers when resuming), then builds the model and the optimizer. The seeds come first and
@@ -148,9 +151,9 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, resume: Resume | None = None)
     from seq2seq.trainer import Trainer
 
     dist, device = init_process(cfg.trainer)
-    saved, source = None, None
+    saved = None
     if cfg.trainer.init_from:  # fine-tuning: the source's model settings (a resume's too)
-        source = load_source(cfg.trainer.init_from)
+        source = source or load_source(cfg.trainer.init_from)
         adopt(cfg, source)
     if resume is not None:
         state, source = resume[1]["tokenizers"], None

@@ -98,7 +98,7 @@ def train(
             record_overrides(run_dir, overrides)
         if source is not None and resume is None:
             log.info("fine-tuning from %s (sha256 %s)", source.path, sha256_file(source.path))
-        trainer = build_trainer(cfg, run_dir, resume)
+        trainer = build_trainer(cfg, run_dir, resume, source)
         try:
             summary = fit_and_test(trainer)
         finally:
