@@ -14,13 +14,11 @@ to docs/: a one-off check, quoted where it is used.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from common import ROOT, median, write_json
+from common import ROOT, median, run_json, write_json
 
 CHILD = """
 import hashlib, json, sys, time, torch
@@ -61,17 +59,7 @@ print(json.dumps(out))
 def side(path: Path) -> dict[str, dict[str, object]]:
     """One decoding run of the checkout at `path`, in its own process."""
     env = {**os.environ, "PYTHONPATH": str(path), "OMP_NUM_THREADS": "2"}
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        env=env,
-        cwd=path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"{path}: decoding failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json([sys.executable, "-c", CHILD], env, f"{path}: decoding", cwd=path)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,15 @@ def median(values: list[float]) -> float:
 def command() -> str:
     script = Path(sys.argv[0]).resolve().relative_to(ROOT)
     return "python " + " ".join([str(script)] + sys.argv[1:])
+
+
+def run_json(cmd: list[str], env: dict[str, str], what: str, cwd: Path | None = None) -> Any:
+    """Run a worker process; its last stdout line is JSON, returned decoded. A failure raises
+    RuntimeError with `what` and the end of its stderr."""
+    done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def write_json(name: str, payload: dict) -> Path:

@@ -27,12 +27,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from common import ONEDNN_DEFAULT_CACHES, multi30k_root, peak_rss_mb
+from common import ONEDNN_DEFAULT_CACHES, multi30k_root, peak_rss_mb, run_json
 from decode_engines import ENGINES, LIMIT, MODES, Inputs, runner
 
 HERE = Path(__file__).resolve().parent
@@ -64,16 +63,7 @@ def spawn(engine: str, mode: str, inputs_path: Path, threads: int, profile: bool
     if engine != "ours":  # as users run them: oneDNN's default caches (ours: setup_process)
         env.update(ONEDNN_DEFAULT_CACHES)
     cmd = [sys.executable, __file__, "--worker", engine, mode, str(inputs_path)]
-    done = subprocess.run(
-        cmd + (["--profile"] if profile else []),
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{engine} {mode} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json(cmd + (["--profile"] if profile else []), env, f"{engine} {mode}")
 
 
 def prepare_inputs(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
