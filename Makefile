@@ -7,6 +7,7 @@ ARGS ?=
 CKPT ?= $(shell ls -t outputs/*/*/checkpoints/best.pt 2>/dev/null | head -n 1)
 INPUT ?= -
 OUTPUT ?= -
+OUT ?=
 SPLIT ?= test
 MULTI30K ?= data/multi30k
 # where data=multi30k reads from (make data writes to $(MULTI30K))
@@ -17,7 +18,7 @@ SWEEP_SEEDS ?= 1,2,3
 SWEEP_ARGS ?= experiment=pos_sweep
 LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)
 
-.PHONY: install prepare train resume translate evaluate sweep data multi30k test test-full lint format bench clean
+.PHONY: install prepare train resume translate evaluate export sweep data multi30k test test-full lint format bench clean
 
 install:  ## virtualenv + CPU torch (no CUDA wheels without an NVIDIA driver) + seq2seq
 	bash scripts/install.sh
@@ -39,6 +40,11 @@ translate:  ## make translate INPUT=src.txt OUTPUT=hyp.txt [CKPT=...]
 evaluate:  ## make evaluate SPLIT=test [CKPT=...]: BLEU and chrF with signatures
 	@test -n "$(CKPT)" || { echo "no checkpoint: run 'make train' or pass CKPT=path/best.pt"; exit 1; }
 	$(PY) -m seq2seq.evaluate ckpt=$(CKPT) split=$(SPLIT) lowercase=true $(ARGS)
+
+export:  ## make export OUT=deploy/ct2 [CKPT=...] [ARGS="format=huggingface" or "quantization=int8"]
+	@test -n "$(CKPT)" || { echo "no checkpoint: run 'make train' or pass CKPT=path/best.pt"; exit 1; }
+	@test -n "$(OUT)" || { echo "usage: make export OUT=deploy/ct2 [CKPT=...] [ARGS=...]"; exit 1; }
+	$(PY) -m seq2seq.export ckpt=$(CKPT) out=$(OUT) $(ARGS)
 
 sweep:  ## Hydra multirun over positional encodings x seeds, then a comparison table
 	$(PY) -m seq2seq.train -m $(SWEEP_ARGS) pos_encoding=$(SWEEP_ENCODINGS) \

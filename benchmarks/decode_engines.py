@@ -84,7 +84,7 @@ def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list
 
     kernels.setup_process()  # as seq2seq.translate runs it: oneDNN's cache caps
     torch.set_num_threads(inputs.threads)
-    model = _load_ours(inputs.paths["ours"], len(inputs.vocab) - 1)
+    model = _load_ours(inputs.paths["ours"], len(inputs.vocab))
     cfg = DecodeConfig(
         method=SearchKind.beam if mode.beam > 1 else SearchKind.greedy,
         beam_size=mode.beam,
@@ -179,7 +179,8 @@ def run_ct2(inputs: Inputs, mode: Mode, compute_type: str) -> Result:
         intra_threads=inputs.threads,
     )
     index_of = {token: i for i, token in enumerate(inputs.vocab)}
-    pieces = [[inputs.vocab[t] for t in ids] + ["</s>"] for ids in inputs.src_ids]
+    # the export adds the EOS our sources end with (its config's add_source_eos)
+    pieces = [[inputs.vocab[t] for t in ids] for ids in inputs.src_ids]
 
     def decode(index: list[int]) -> list[list[int]]:
         results = translator.translate_batch(
@@ -190,7 +191,7 @@ def run_ct2(inputs: Inputs, mode: Mode, compute_type: str) -> Result:
             max_decoding_length=mode.limit,
             min_decoding_length=mode.limit if mode.forced else 1,
             return_end_token=True,
-            suppress_sequences=[["<blank>"], ["<s>"]],
+            suppress_sequences=[[inputs.vocab[PAD_ID]], [inputs.vocab[BOS_ID]]],
         )
         return [[index_of[t] for t in r.hypotheses[0]] for r in results]
 

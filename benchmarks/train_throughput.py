@@ -13,7 +13,7 @@ AdamW with the same warmup + inverse-sqrt schedule, clipping 1.0, on the CPU (fp
 autocast for both). The batches are the first of epoch
 0 as the Trainer draws them (length-bucketed, --max-tokens padded tokens), collated before timing.
 Each engine runs in its own child process (for its peak RSS); the repeats alternate the order of
-the engines. Marian starts from our model's initial weights (benchmarks/marian.py, the converter
+the engines. Marian starts from our model's initial weights (seq2seq/export_hf.py, the converter
 decode_setup.py exports with). The premise is checked before any timing is reported: a failed copy
 aborts the run, and so does an eval-mode loss of the first batch at step 0 that differs between
 ours and either Marian by more than LOSS_TOLERANCE.
@@ -93,11 +93,12 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 def marian(cfg: TrainConfig, vocab: int, attention: str) -> torch.nn.Module:
     """A MarianMTModel of the same size and architecture as our model, with its dropout rates
     and attention implementation `attention` (sdpa, HF's default, or eager)."""
-    from marian import marian_config
     from transformers import MarianMTModel
 
+    from seq2seq.export_hf import marian_config
+
     config = marian_config(
-        cfg.model, vocab, extra_row=False, max_positions=cfg.data.max_len + 2, dropout=True
+        cfg.model, (vocab, vocab), max_positions=cfg.data.max_len + 2, dropout=True
     )
     config._attn_implementation = attention
     return MarianMTModel(config)
@@ -168,12 +169,12 @@ def engine_step(engine: str, cfg: TrainConfig, vocab: int, run_dir: Path) -> tup
             lambda b: trainer.train_step([b])["loss"],  # type: ignore[index]
             lambda b: eval_loss(ours, trainer.model, b, smoothing),
         )
-    from marian import load_into
+    from seq2seq.export_hf import load_into
 
     model = marian(cfg, vocab, HF_ATTENTION[engine]).train()
     torch.manual_seed(cfg.trainer.seed)  # as build_trainer does before building our model
     try:
-        load_into(model, build_model(cfg, vocab, vocab), extra_row=False)
+        load_into(model, build_model(cfg, vocab, vocab))
     except (KeyError, AttributeError, RuntimeError) as err:  # no comparison without the premise
         raise SystemExit(f"cannot copy our initial weights into Marian: {err!r}") from err
     optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))

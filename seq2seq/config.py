@@ -218,6 +218,36 @@ class EvaluateConfig:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
 
+class ExportFormat(str, Enum):
+    ctranslate2 = "ctranslate2"  # a CTranslate2 model folder (ctranslate2.Translator)
+    huggingface = "huggingface"  # a MarianMTModel folder (from_pretrained)
+
+
+class Quantization(str, Enum):
+    """CTranslate2's weight types (its `--quantization`)."""
+
+    float32 = "float32"
+    int8 = "int8"
+    int8_float32 = "int8_float32"
+    int8_float16 = "int8_float16"
+    int8_bfloat16 = "int8_bfloat16"
+    int16 = "int16"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+@dataclass
+class ExportConfig:
+    ckpt: str = MISSING  # checkpoint to export (best.pt, last.pt, average.pt)
+    out: str = MISSING  # folder to write; it must not exist unless force=true
+    format: ExportFormat = ExportFormat.ctranslate2  # ctranslate2 | huggingface
+    quantization: Quantization = Quantization.float32  # ctranslate2: the weights' type
+    force: bool = False  # replace an existing `out`
+    check_lines: int = 100  # validation sentences the self-check translates (0: no check)
+    check_split: str | None = None  # the split it reads; default: the checkpoint's data.valid
+    data_root: str | None = None  # replaces the checkpoint's data.root for the check
+
+
 class ConfigError(ValueError):
     """A config value out of its valid range; the message names the key and the range."""
 
@@ -376,3 +406,4 @@ def register_configs() -> None:
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="translate_schema", node=TranslateConfig)
     cs.store(name="evaluate_schema", node=EvaluateConfig)
+    cs.store(name="export_schema", node=ExportConfig)
