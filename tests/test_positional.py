@@ -519,3 +519,12 @@ def test_an_old_shaw_checkpoint_loads_into_the_model_its_config_builds() -> None
     per_layer = build_model(config_from_dict(values), 20, 20)
     with pytest.raises(RuntimeError, match="layers"):
         per_layer.load_state_dict(old.state_dict())
+
+
+@pytest.mark.parametrize("variant", ["kerple", "fire", "alibi_directional", "relative"])
+def test_new_variants_draw_a_heatmap(variant: str) -> None:
+    """TensorBoard's heatmap (metrics.log_positional_images): a finite 2-D picture per stack."""
+    for side, causal in zip(VARIANTS[variant], (False, True), strict=True):
+        image = build_positional(side, 16, 4, causal, n_layers=2).image()
+        assert image is not None and image.dim() == 2 and image.size(1) > 1
+        assert torch.isfinite(image).all()
