@@ -13,7 +13,7 @@ MULTI30K ?= data/multi30k
 # where data=multi30k reads from (make data writes to $(MULTI30K))
 MULTI30K_ROOT ?= ../shared/data/multi30k
 PAIR ?= en_de
-SWEEP_ENCODINGS ?= sinusoidal,learned,relative,t5_bias,alibi,rope,none
+SWEEP_ENCODINGS ?= sinusoidal,learned,relative,t5_bias,alibi,rope,none,kerple,fire,alibi_directional,sin_enc_nope_dec
 SWEEP_SEEDS ?= 1,2,3
 SWEEP_ARGS ?= experiment=pos_sweep
 LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)

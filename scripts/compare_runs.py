@@ -67,11 +67,28 @@ def find_job_dirs(sweep: Path) -> list[Path]:
     return sorted(jobs, key=lambda p: (leading_int(p.name), p.name))
 
 
+# positional switches that change an encoding without changing its kind, with their defaults
+POS_SWITCHES = {"alibi_directional": False, "share_layers": None, "t5_zero_init": False}
+
+
+def side_label(cfg: DictConfig, section: str) -> str | None:
+    """`kind`, with `[key=value]` for each switch of POS_SWITCHES set away from its default."""
+    kind = OmegaConf.select(cfg, f"{section}.kind", default=None)
+    if kind is None:
+        return None
+    changed = [
+        f"{key}={value}"
+        for key, default in POS_SWITCHES.items()
+        if (value := OmegaConf.select(cfg, f"{section}.{key}", default=default)) != default
+    ]
+    return f"{kind}[{','.join(changed)}]" if changed else str(kind)
+
+
 def encoding_label(cfg: DictConfig) -> str:
-    """`pos_encoding.kind`, or `enc=<k>/dec=<k>` when encoder_pos / decoder_pos override it."""
-    base = str(OmegaConf.select(cfg, "pos_encoding.kind", default="?"))
-    enc = OmegaConf.select(cfg, "encoder_pos.kind", default=None)
-    dec = OmegaConf.select(cfg, "decoder_pos.kind", default=None)
+    """`pos_encoding.kind`, or `enc=<k>/dec=<k>` when encoder_pos / decoder_pos override it;
+    a kind with a switch changed reads e.g. `alibi[alibi_directional=True]`."""
+    base = side_label(cfg, "pos_encoding") or "?"
+    enc, dec = side_label(cfg, "encoder_pos"), side_label(cfg, "decoder_pos")
     if enc is None and dec is None:
         return base
     return f"enc={enc or base}/dec={dec or base}"

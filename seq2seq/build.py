@@ -48,8 +48,8 @@ def build_model(cfg: TrainConfig, src_vocab: int, tgt_vocab: int) -> EncoderDeco
     m = cfg.model
     enc_cfg: PosEncodingConfig = cfg.encoder_pos or cfg.pos_encoding
     dec_cfg: PosEncodingConfig = cfg.decoder_pos or cfg.pos_encoding
-    enc_pos = build_positional(enc_cfg, m.d_model, m.n_heads, causal=False)
-    dec_pos = build_positional(dec_cfg, m.d_model, m.n_heads, causal=True)
+    enc_pos = build_positional(enc_cfg, m.d_model, m.n_heads, False, m.enc_layers)
+    dec_pos = build_positional(dec_cfg, m.d_model, m.n_heads, True, m.dec_layers)
     return EncoderDecoder(m, src_vocab, tgt_vocab, enc_pos, dec_pos)
 
 

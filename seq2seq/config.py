@@ -34,6 +34,8 @@ class PosKind(str, Enum):
     t5_bias = "t5_bias"
     alibi = "alibi"
     rope = "rope"
+    kerple = "kerple"
+    fire = "fire"
     none = "none"
 
 
@@ -100,6 +102,14 @@ class PosEncodingConfig:
     num_buckets: int = 32  # t5_bias: number of relative-position buckets
     max_distance: int = 128  # t5_bias: distance at which buckets stop growing
     rope_base: float = 10000.0  # rope: base of the rotation frequencies
+    # relative, t5_bias, kerple, fire: one set of position parameters for all the layers of a
+    # stack (true) or one per layer (false); unset: as each paper does (per layer: relative,
+    # kerple, fire; shared: t5_bias). Checkpoints from before this key keep theirs (shared)
+    share_layers: bool | None = None
+    # alibi, encoder only: false = the symmetric -slope * |i - j|, blind to left vs right;
+    # true = keys on the left and on the right get different slopes (docs/POSITIONAL_ENCODINGS.md)
+    alibi_directional: bool = False
+    t5_zero_init: bool = False  # t5_bias: start the table at zero, not N(0, d_model^-0.5) as T5
 
 
 @dataclass
@@ -396,8 +406,25 @@ def merge_decode(
 
 
 def config_from_dict(values: dict) -> TrainConfig:
-    """A TrainConfig from the plain dict stored in a checkpoint (validated like the CLI's)."""
+    """A TrainConfig from the plain dict stored in a checkpoint (validated like the CLI's).
+
+    A checkpoint saved before a setting existed gets the value it was trained with, where that
+    differs from today's default (`upgrade_pos_encoding`)."""
+    values = {k: upgrade_pos_encoding(v) if k in POS_SECTIONS else v for k, v in values.items()}
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), values))  # type: ignore[return-value]
+
+
+POS_SECTIONS = ("pos_encoding", "encoder_pos", "decoder_pos")
+
+
+def upgrade_pos_encoding(values: dict | None) -> dict | None:
+    """A stored positional-encoding section from before `share_layers`: Shaw's tables were then
+    shared by the layers of a stack, which the checkpoint's weights hold."""
+    if not isinstance(values, dict) or "share_layers" in values:
+        return values
+    if values.get("kind") == PosKind.relative:  # a str enum: equal to "relative" too
+        return {**values, "share_layers": True}
+    return values
 
 
 def register_configs() -> None:

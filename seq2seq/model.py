@@ -55,8 +55,13 @@ class EncoderDecoder(nn.Module):
         else:
             self.tgt_embed = nn.Embedding(tgt_vocab, cfg.d_model, padding_idx=PAD_ID)
         self.enc_pos, self.dec_pos = enc_pos, dec_pos
-        self.encoder = nn.ModuleList(EncoderLayer(spec, enc_pos) for _ in range(cfg.enc_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(spec, dec_pos) for _ in range(cfg.dec_layers))
+        # layer i's self-attention uses pos.layer(i): the stack's encoding or its own tables
+        self.encoder = nn.ModuleList(
+            EncoderLayer(spec, enc_pos.layer(i)) for i in range(cfg.enc_layers)
+        )
+        self.decoder = nn.ModuleList(
+            DecoderLayer(spec, dec_pos.layer(i)) for i in range(cfg.dec_layers)
+        )
         # pre-norm stacks end in a LayerNorm; post-norm layers already end in one
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()

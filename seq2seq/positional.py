@@ -6,10 +6,11 @@
    relative term also reaches the values (Shaw et al.) sets `needs_weights` and adds `values`.
 
 The base class does nothing in every hook: it *is* the `none` variant. Attention never looks at a
-variant's name; it calls the hooks. One instance is shared by all self-attention layers of a stack
-(encoder or decoder); cross-attention gets the base class, so it carries no positional terms.
-Positions count from `offset`, so incremental decoding with a key/value cache sees the same
-positions as full recomputation.
+variant's name; it calls the hooks. A stack (encoder or decoder) has one encoding; the
+self-attention of its layer i calls `encoding.layer(i)`, the encoding itself unless the variant
+keeps parameters per layer (`PerLayer`, pos_encoding.share_layers=false). Cross-attention gets
+the base class, so it carries no positional terms. Positions count from `offset`, so incremental
+decoding with a key/value cache sees the same positions as full recomputation.
 """
 
 from __future__ import annotations
@@ -43,6 +44,51 @@ class PositionalEncoding(nn.Module):
     def image(self) -> Tensor | None:
         """A 2-D picture of the learned or fixed table, for TensorBoard (None if there is none)."""
         return None
+
+    def layer(self, i: int) -> PositionalEncoding:
+        """The encoding the self-attention of layer i calls: this one, shared by the stack."""
+        return self
+
+
+class PerLayer(PositionalEncoding):
+    """One encoding per layer of a stack, each with its own parameters (Shaw et al. 2018's
+    tensor2tensor code creates the relative tables inside every layer's attention).
+
+    Meant for variants whose hooks live in attention (bias, values); `layer(i)` gives layer i's.
+    Called directly, the hooks are those of layer 0.
+    """
+
+    def __init__(self, layers: list[PositionalEncoding]) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.needs_weights = layers[0].needs_weights
+
+    @property
+    def first(self) -> PositionalEncoding:
+        return self.layers[0]  # type: ignore[return-value]
+
+    def layer(self, i: int) -> PositionalEncoding:
+        if not 0 <= i < len(self.layers):
+            raise ValueError(
+                f"this encoding holds {len(self.layers)} per-layer tables but layer {i} asked "
+                "for one: build it with n_layers = the stack's layer count"
+            )
+        return self.layers[i]  # type: ignore[return-value]
+
+    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        return self.first.embed(x, offset)  # (B, T, D)
+
+    def rotate(self, x: Tensor, offset: int = 0) -> Tensor:
+        return self.first.rotate(x, offset)  # (B, H, T, Dh)
+
+    def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor | None:
+        return self.first.bias(q, q_offset, k_len)  # (B or 1, H, Tq, Tk) or None
+
+    def values(self, weights: Tensor, q_offset: int) -> Tensor | None:
+        return self.first.values(weights, q_offset)  # (B, H, Tq, Dh) or None
+
+    def image(self) -> Tensor | None:
+        return self.first.image()
 
 
 def sinusoid_table(length: int, d_model: int) -> Tensor:
@@ -168,22 +214,36 @@ def relative_positions(q_offset: int, q_len: int, k_len: int, device: torch.devi
 class ALiBi(PositionalEncoding):
     """Attention with linear biases: -slope * distance on the logits (Press et al. 2022).
 
-    The encoder uses the symmetric distance |i - j|; in the causal decoder only j <= i is visible,
-    where it equals the paper's i - j.
+    The paper covers causal attention only, where the distance is i - j >= 0. For the encoder
+    (bidirectional), its author's note (ofirpress/attention_with_linear_biases, issue #5) uses
+    the symmetric |i - j|, as MosaicBERT and data2vec 2.0 do; every head then scores a key d to
+    the left exactly like one d to the right, so attention cannot tell the two sides apart.
+    `directional` (encoder only) gives each head a second slope for keys on its right: head h
+    keeps slope m_h to the left and takes m_{H-1-h} to the right (the slopes in reverse order),
+    so steep-left heads look far right and the other way round; the biases stay fixed.
     """
 
-    slopes: Tensor  # (H,), a buffer
+    slopes: Tensor  # (H,), a buffer: keys on the left (and in the causal decoder)
+    right_slopes: Tensor  # (H,), a buffer: keys on the right
 
-    def __init__(self, n_heads: int) -> None:
+    def __init__(self, n_heads: int, directional: bool = False) -> None:
         super().__init__()
-        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)  # (H,)
+        slopes = alibi_slopes(n_heads)  # (H,)
+        self.register_buffer("slopes", slopes, persistent=False)
+        right = slopes.flip(0) if directional else slopes
+        self.register_buffer("right_slopes", right, persistent=False)
 
     def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
-        dist = relative_positions(q_offset, q.size(-2), k_len, q.device).abs()  # (Tq, Tk)
-        return (-self.slopes[:, None, None] * dist[None]).to(q.dtype)[None]  # (1, H, Tq, Tk)
+        rel = relative_positions(q_offset, q.size(-2), k_len, q.device)  # (Tq, Tk)
+        slope = torch.where(
+            rel[None] > 0, self.right_slopes[:, None, None], self.slopes[:, None, None]
+        )
+        return (-slope * rel.abs()[None]).to(q.dtype)[None]  # (1, H, Tq, Tk)
 
     def image(self) -> Tensor:
-        return -self.slopes[:, None] * torch.arange(64.0)[None]  # (H, distance)
+        dist = torch.arange(-63.0, 64.0)  # key minus query
+        slope = torch.where(dist[None] > 0, self.right_slopes[:, None], self.slopes[:, None])
+        return -slope * dist.abs()[None]  # (H, distance)
 
 
 def t5_bucket(relative: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
@@ -210,14 +270,22 @@ def t5_bucket(relative: Tensor, bidirectional: bool, num_buckets: int, max_dista
 
 
 class T5Bias(PositionalEncoding):
-    """A learned scalar per head and relative-position bucket (Raffel et al. 2020, T5)."""
+    """A learned scalar per head and relative-position bucket (Raffel et al. 2020, T5).
 
-    def __init__(self, n_heads: int, causal: bool, num_buckets: int, max_distance: int) -> None:
+    T5 shares one table across the layers of a stack (the first layer computes the bias and the
+    others reuse it) and draws it from N(0, d_model^-0.5), as Hugging Face's T5 initialises
+    `relative_attention_bias`.
+    """
+
+    def __init__(
+        self, n_heads: int, causal: bool, num_buckets: int, max_distance: int, init_std: float
+    ) -> None:
         super().__init__()
         self.bidirectional = not causal
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, n_heads)
-        nn.init.zeros_(self.table.weight)
+        # init_std = d_model^-0.5 as Hugging Face's T5 (_init_weights, factor 1); 0 = zeros
+        nn.init.normal_(self.table.weight, std=init_std)
 
     def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
         rel = relative_positions(q_offset, q.size(-2), k_len, q.device)  # (Tq, Tk)
@@ -232,7 +300,9 @@ class ShawRelative(PositionalEncoding):
     """Relative keys and values for clipped distances (Shaw et al. 2018).
 
     e_ij = q_i . (k_j + a^K_{clip(j-i)}) / sqrt(Dh) and z_i = sum_j w_ij (v_j + a^V_{clip(j-i)}),
-    with distances beyond +-clip sharing one embedding; the tables are shared across heads.
+    with distances beyond +-clip sharing one embedding; the tables are shared across heads. The
+    paper's tensor2tensor code gives every layer its own tables: build one instance per layer
+    (`PerLayer`, the default) or one for the stack (pos_encoding.share_layers=true).
     """
 
     needs_weights = True
@@ -265,6 +335,71 @@ class ShawRelative(PositionalEncoding):
         return self.keys.weight.detach()  # (2k+1, Dh)
 
 
+class Kerple(PositionalEncoding):
+    """KERPLE, logarithmic variant (Chi et al. 2022, "KERPLE: Kernelized Relative Positional
+    Embedding for Length Extrapolation"): bias = -r1 * log(1 + r2 * |i - j|) per head, r1, r2 > 0
+    learned.
+
+    As the authors' GPT-NeoX code: r1 ~ U(0, 2), r2 ~ U(0, 1), both held above 1e-2, and one
+    pair per layer. The paper is causal; in the (bidirectional) encoder each head learns one pair
+    for keys on its left and one for keys on its right, so it can tell the two sides apart.
+    """
+
+    EPS = 1e-2  # the smallest r1, r2 (the authors' clamp)
+
+    def __init__(self, n_heads: int, causal: bool) -> None:
+        super().__init__()
+        sides = 1 if causal else 2  # row 0: keys on the left (or the only side), row 1: right
+        self.r1 = nn.Parameter(torch.rand(sides, n_heads) * 2)  # (sides, H)
+        self.r2 = nn.Parameter(torch.rand(sides, n_heads))  # (sides, H)
+
+    def _bias(self, rel: Tensor) -> Tensor:
+        r1 = self.r1.clamp(min=self.EPS)[:, :, None, None]  # (sides, H, 1, 1)
+        r2 = self.r2.clamp(min=self.EPS)[:, :, None, None]
+        per_side = -r1 * torch.log1p(r2 * rel.abs().float())  # (sides, H, Tq, Tk)
+        return torch.where(rel > 0, per_side[-1], per_side[0])  # (H, Tq, Tk)
+
+    def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
+        rel = relative_positions(q_offset, q.size(-2), k_len, q.device)  # (Tq, Tk)
+        return self._bias(rel)[None].to(q.dtype)  # (1, H, Tq, Tk)
+
+    def image(self) -> Tensor:
+        return self._bias(torch.arange(-63, 64)[None]).detach()[:, 0]  # (H, distance)
+
+
+class Fire(PositionalEncoding):
+    """FIRE (Li et al. 2024, "Functional Interpolation for Relative Positions Improves Long
+    Context Transformers"): bias = f(psi(i - j) / psi(max(L, i))) with psi(x) = log(c * x + 1).
+
+    f is a small MLP from the scalar to one bias per head (one hidden layer of 32 ReLU units);
+    c > 0 and the threshold L > 0 are learned. Dividing by psi(max(L, i)) is the paper's
+    progressive interpolation: past L, distances shrink into the range seen in training.
+    Our starting values: c = 0.1 and L = 32 tokens (about the longest training sentence here).
+    The paper is causal (i >= j); in the encoder a key on the right gets the negated input
+    -psi(j - i) / psi(max(L, i)), so the MLP sees which side a key is on.
+    """
+
+    def __init__(self, n_heads: int, hidden: int = 32) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, n_heads))
+        self.c = nn.Parameter(torch.tensor(0.1))
+        self.threshold = nn.Parameter(torch.tensor(32.0))
+
+    def _bias(self, q_offset: int, q_len: int, k_len: int, device: torch.device) -> Tensor:
+        dist = -relative_positions(q_offset, q_len, k_len, device).float()  # (Tq, Tk): i - j
+        c = self.c.abs().clamp(min=1e-4)  # c and max(L, i) held away from 0: no 0 / 0
+        q_pos = torch.arange(q_offset, q_offset + q_len, device=device).float()  # (Tq,)
+        norm = torch.log(c * torch.maximum(q_pos, self.threshold.abs()).clamp(min=1) + 1)
+        x = dist.sign() * torch.log(c * dist.abs() + 1) / norm[:, None]  # (Tq, Tk)
+        return self.mlp(x[..., None]).permute(2, 0, 1)  # (H, Tq, Tk)
+
+    def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
+        return self._bias(q_offset, q.size(-2), k_len, q.device)[None].to(q.dtype)  # (1, H, ..)
+
+    def image(self) -> Tensor:
+        return self._bias(63, 1, 127, self.c.device).detach()[:, 0]  # (H, distance)
+
+
 Builder = Callable[[PosEncodingConfig, int, int, bool], PositionalEncoding]
 
 # kind -> builder(cfg, d_model, n_heads, causal)
@@ -273,17 +408,29 @@ BUILDERS: dict[str, Builder] = {
     "sinusoidal": lambda c, d, h, causal: Sinusoidal(d, c.max_len),
     "learned": lambda c, d, h, causal: Learned(d, c.max_len),
     "rope": lambda c, d, h, causal: Rotary(d // h, c.rope_base),
-    "alibi": lambda c, d, h, causal: ALiBi(h),
-    "t5_bias": lambda c, d, h, causal: T5Bias(h, causal, c.num_buckets, c.max_distance),
+    "alibi": lambda c, d, h, causal: ALiBi(h, directional=c.alibi_directional and not causal),
+    "t5_bias": lambda c, d, h, causal: T5Bias(
+        h, causal, c.num_buckets, c.max_distance, 0.0 if c.t5_zero_init else d**-0.5
+    ),
     "relative": lambda c, d, h, causal: ShawRelative(d // h, c.clip),
+    "kerple": lambda c, d, h, causal: Kerple(h, causal),
+    "fire": lambda c, d, h, causal: Fire(h),
 }
+
+# kinds with parameters in attention: one set per layer unless pos_encoding.share_layers says
+# otherwise (the value here is each paper's choice: True = shared by the stack)
+SHARED_BY_DEFAULT = {"relative": False, "t5_bias": True, "kerple": False, "fire": False}
 
 
 def build_positional(
-    cfg: PosEncodingConfig, d_model: int, n_heads: int, causal: bool
+    cfg: PosEncodingConfig, d_model: int, n_heads: int, causal: bool, n_layers: int = 1
 ) -> PositionalEncoding:
-    """The encoding named by `cfg.kind`, for a stack of width d_model with n_heads heads."""
+    """The encoding named by `cfg.kind`, for a stack of n_layers layers of width d_model with
+    n_heads heads: one instance for the stack, or `PerLayer` ones (see SHARED_BY_DEFAULT)."""
     kind = getattr(cfg.kind, "value", cfg.kind)
     if kind not in BUILDERS:
         raise ValueError(f"unknown pos_encoding.kind {kind!r}; choose one of {sorted(BUILDERS)}")
-    return BUILDERS[kind](cfg, d_model, n_heads, causal)
+    shared = SHARED_BY_DEFAULT.get(kind, True) if cfg.share_layers is None else cfg.share_layers
+    if shared or kind not in SHARED_BY_DEFAULT or n_layers == 1:
+        return BUILDERS[kind](cfg, d_model, n_heads, causal)
+    return PerLayer([BUILDERS[kind](cfg, d_model, n_heads, causal) for _ in range(n_layers)])

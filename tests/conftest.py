@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -31,7 +32,7 @@ def tiny_pos_config(kind: PosKind | str) -> PosEncodingConfig:
 
 
 def _make_model(
-    pos: PosKind | str = PosKind.sinusoidal,
+    pos: PosKind | str | tuple[PosEncodingConfig, PosEncodingConfig] = PosKind.sinusoidal,
     *,
     d_model: int = 32,
     n_heads: int = 4,
@@ -46,8 +47,9 @@ def _make_model(
     seed: int = 0,
     randomize_pos: bool = True,
 ) -> EncoderDecoder:
-    """A tiny EncoderDecoder in eval mode; positional parameters (T5 starts at zero) are
-    randomized so that a wrong position or bucket changes the output."""
+    """A tiny EncoderDecoder in eval mode, with one encoding kind on both sides or an (encoder,
+    decoder) pair of settings; positional parameters are randomized so that a wrong position or
+    bucket changes the output."""
     torch.manual_seed(seed)
     cfg = ModelConfig(
         d_model=d_model,
@@ -60,16 +62,18 @@ def _make_model(
         tie_output=tie_output,
         share_embeddings=share_embeddings,
     )
-    enc_cfg = tiny_pos_config(pos)
-    dec_cfg = tiny_pos_config(pos)
-    if PosKind(pos) == PosKind.sinusoidal:
+    if isinstance(pos, tuple):
+        enc_cfg, dec_cfg = (dataclasses.replace(side) for side in pos)
+    else:
+        enc_cfg, dec_cfg = tiny_pos_config(pos), tiny_pos_config(pos)
+    if PosKind(dec_cfg.kind) == PosKind.sinusoidal:
         dec_cfg.max_len = 4  # shorter than the test sequences: the table grows on demand
     model = EncoderDecoder(
         cfg,
         vocab,
         tgt_vocab if tgt_vocab is not None else vocab,
-        build_positional(enc_cfg, d_model, n_heads, causal=False),
-        build_positional(dec_cfg, d_model, n_heads, causal=True),
+        build_positional(enc_cfg, d_model, n_heads, causal=False, n_layers=layers),
+        build_positional(dec_cfg, d_model, n_heads, causal=True, n_layers=layers),
     )
     if randomize_pos:
         with torch.no_grad():

@@ -180,6 +180,12 @@ def test_encoding_label() -> None:
     assert cr.encoding_label(OmegaConf.create(enc)) == "enc=alibi/dec=rope"
     dec = base | {"decoder_pos": {"kind": "none"}}
     assert cr.encoding_label(OmegaConf.create(dec)) == "enc=rope/dec=none"
+    directional = base | {"pos_encoding": {"kind": "alibi", "alibi_directional": True}}
+    assert cr.encoding_label(OmegaConf.create(directional)) == "alibi[alibi_directional=True]"
+    shared = {"kind": "relative", "share_layers": True, "alibi_directional": False}
+    assert cr.encoding_label(OmegaConf.create(base | {"pos_encoding": shared})) == (
+        "relative[share_layers=True]"
+    )
 
 
 def test_latest_sweep_is_the_newest(tmp_path: Path) -> None:

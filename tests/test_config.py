@@ -31,12 +31,14 @@ from seq2seq.config import (
     register_configs,
 )
 from seq2seq.positional import ALiBi, PositionalEncoding, Rotary, Sinusoidal
+from seq2seq.resume import flatten
 from tests.config_snapshot import SNAPSHOT, resolve_all
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 GROUPS = ["data", "tokenizer", "model", "pos_encoding", "optim", "trainer", "decode", "experiment"]
 OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONFIGS / g).glob("*.yaml"))]
 SMALL_VOCAB = 50
+POS_SIDES = ("encoder_pos", "decoder_pos")  # per-side overrides of pos_encoding
 
 
 def compose_config(name: str, overrides: list[str] | None = None) -> DictConfig:
@@ -69,9 +71,11 @@ def test_every_config_option_composes(group: str, option: str) -> None:
     check_config(cfg)
     if group == "experiment":
         assert cfg.name == option
-    else:  # every value of the YAML file reached the config
-        written = plain(OmegaConf.load(CONFIGS / group / f"{option}.yaml"))
-        got = plain(composed[group])
+    else:  # every value of the YAML file reached the config (the root's for a _global_ file)
+        path = CONFIGS / group / f"{option}.yaml"
+        written = flatten(plain(OmegaConf.load(path)))
+        is_global = "# @package _global_" in path.read_text(encoding="utf-8")
+        got = flatten(plain(composed if is_global else composed[group]))
         for key, value in written.items():
             assert got[key] == value, f"{group}/{option}.yaml: {key}"
 
@@ -85,9 +89,10 @@ def test_every_config_option_composes(group: str, option: str) -> None:
         assert model.encoder[0].self_attn.n_heads == cfg.model.n_heads
     if group == "pos_encoding":
         model = build_model(cfg, SMALL_VOCAB, SMALL_VOCAB).eval()
-        has_encoding = cfg.pos_encoding.kind != PosKind.none
-        assert (type(model.enc_pos) is not PositionalEncoding) == has_encoding
-        assert type(model.enc_pos) is type(model.dec_pos)
+        sides = [(model.enc_pos, cfg.encoder_pos), (model.dec_pos, cfg.decoder_pos)]
+        for pos, side in sides:  # a per-side mix (encoder_pos, decoder_pos) or one for both
+            has_encoding = (side or cfg.pos_encoding).kind != PosKind.none
+            assert (type(pos) is not PositionalEncoding) == has_encoding
         src = torch.tensor([[5, 6, 7, 2], [5, 2, 0, 0]])
         with torch.no_grad():
             logits = model(src, torch.tensor([[1, 8, 9], [1, 8, 0]]))
@@ -236,8 +241,13 @@ def test_group_files_restate_no_default(group: str, option: str) -> None:
         "trainer": TrainerConfig,
     }[group]
     defaults = OmegaConf.to_container(OmegaConf.structured(schema), enum_to_str=True)
-    values = OmegaConf.to_container(OmegaConf.load(CONFIGS / group / f"{option}.yaml"))
+    path = CONFIGS / group / f"{option}.yaml"
+    values = OmegaConf.to_container(OmegaConf.load(path))
     assert isinstance(values, dict) and isinstance(defaults, dict)
+    if "# @package _global_" in path.read_text(encoding="utf-8"):  # a per-side mix: sections
+        assert group == "pos_encoding" and set(values) <= {"pos_encoding", *POS_SIDES}
+        values = {f"{side}.{k}": v for side, section in values.items() for k, v in section.items()}
     for key, value in values.items():
-        if key not in ("kind", "method", "name"):
-            assert value != defaults[key], f"configs/{group}/{option}.yaml restates {key}"
+        if key.rsplit(".", 1)[-1] not in ("kind", "method", "name"):
+            default = defaults[key.rsplit(".", 1)[-1]]
+            assert value != default, f"configs/{group}/{option}.yaml restates {key}"
