@@ -31,6 +31,7 @@ from seq2seq.model import EncoderDecoder
 from seq2seq.positional import (
     ALiBi,
     Learned,
+    PerLayer,
     PositionalEncoding,
     Rotary,
     ShawRelative,
@@ -66,7 +67,10 @@ def _kind(pos: PositionalEncoding) -> str:
 
 
 def side_options(pos: PositionalEncoding, side: str) -> dict[str, Any]:
-    """The spec constructor's keyword arguments for one side's positional encoding."""
+    """The spec constructor's keyword arguments for one side's positional encoding (per-layer
+    tables: the kind of layer 0's; each layer's own tables are written by _set_attention)."""
+    if isinstance(pos, PerLayer):
+        pos = pos.first
     if isinstance(pos, ShawRelative):
         return {"relative_position": True}
     if isinstance(pos, T5Bias):

@@ -96,6 +96,12 @@ def test_ctranslate2_alibi_decoder_but_not_encoder(make_model: MakeModel, tmp_pa
     build_spec(model, words(VOCAB), words(VOCAB), 64)
 
 
+@pytest.mark.parametrize("pos", ["kerple", "fire"])
+def test_ctranslate2_refuses_encodings_it_has_not(make_model: MakeModel, pos: str) -> None:
+    with pytest.raises(ExportError, match="cannot express pos_encoding .* in the encoder"):
+        build_spec(make_model(pos), words(VOCAB), words(VOCAB), 64)
+
+
 @pytest.mark.parametrize("share,tie", [(True, True), (False, True), (False, False)])
 def test_marian_computes_our_model(
     make_model: MakeModel, tmp_path: Path, share: bool, tie: bool
