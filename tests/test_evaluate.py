@@ -7,9 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,8 @@ import seq2seq.evaluate
 from seq2seq.config import ConfigError, EvaluateConfig, LengthUnit, SearchKind
 from seq2seq.scoring import length_groups
 from seq2seq.train import train
-from tests.tiny_run import REPO, compose_train, tiny_overrides, write_slice
+from tests.test_cli import python
+from tests.tiny_run import compose_train, tiny_overrides, write_slice
 
 SIZES = {"train": 150, "valid": 20, "test": 30}
 
@@ -81,16 +80,7 @@ def test_score_refs_perplexity_is_validations(ckpt: Path, tmp_path: Path) -> Non
 
 
 def evaluate_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "seq2seq.evaluate", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return python(["-m", "seq2seq.evaluate", *args], cwd)
 
 
 def test_console_script(ckpt: Path, tmp_path: Path) -> None:
