@@ -37,7 +37,7 @@ translate:  ## make translate INPUT=src.txt OUTPUT=hyp.txt [CKPT=...]
 	@test -n "$(CKPT)" || { echo "no checkpoint: run 'make train' or pass CKPT=path/best.pt"; exit 1; }
 	$(PY) -m seq2seq.translate ckpt=$(CKPT) input=$(INPUT) output=$(OUTPUT) $(ARGS)
 
-evaluate:  ## make evaluate SPLIT=test [CKPT=...]: BLEU and chrF with signatures
+evaluate:  ## make evaluate SPLIT=test [CKPT=...]: BLEU, chrF and TER with signatures
 	@test -n "$(CKPT)" || { echo "no checkpoint: run 'make train' or pass CKPT=path/best.pt"; exit 1; }
 	$(PY) -m seq2seq.evaluate ckpt=$(CKPT) split=$(SPLIT) lowercase=true $(ARGS)
 

@@ -31,13 +31,9 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from sweep_report import (  # noqa: E402
-    BLEU,
-    CHRF,
     Job,
     Row,
-    bucket_key,
     failed_lines,
-    leading_int,
     plot_bleu_by_length,
     render_markdown,
     write_csv,
@@ -45,8 +41,12 @@ from sweep_report import (  # noqa: E402
 
 from seq2seq.config import DataConfig, resolve_path  # noqa: E402
 from seq2seq.corpus import read_split  # noqa: E402
+from seq2seq.scoring import (  # noqa: E402  the length buckets seq2seq-evaluate by_length=true uses
+    bucket_scores,
+    leading_int,
+    length_groups,
+)
 
-WORD_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 40))  # then "41+"
 Reader = Callable[[DataConfig, str], list[tuple[str, str]]]
 
 
@@ -123,22 +123,6 @@ def load_job(path: Path, sweep: Path) -> Job:
 # ----------------------------------------------------------------------------- scoring
 
 
-def count_items(src: str) -> int:
-    """Number of comma-separated items in a source sentence (numbers data)."""
-    return sum(1 for part in src.split(",") if part.strip())
-
-
-def length_bucket(src: str, by: str) -> str:
-    """Bucket label of a source sentence: its item count, or a word-count range."""
-    if by == "items":
-        return str(count_items(src))
-    n = len(src.split())
-    for lo, hi in WORD_BUCKETS:
-        if n <= hi:
-            return f"{lo}-{hi}"
-    return f"{WORD_BUCKETS[-1][1] + 1}+"
-
-
 def read_hyps(path: Path) -> list[str]:
     """One hypothesis per line; only "\\n" separates lines (hypotheses may hold other breaks)."""
     text = path.read_text(encoding="utf-8")
@@ -148,9 +132,7 @@ def read_hyps(path: Path) -> list[str]:
 
 def make_row(job: Job, split: str, bucket: str, hyps: list[str], refs: list[str]) -> Row:
     """Corpus BLEU and chrF of one bucket (2 decimals, as in training), with job size and speed."""
-    bleu = round(BLEU.corpus_score(hyps, [refs]).score, 2)
-    chrf = round(CHRF.corpus_score(hyps, [refs]).score, 2)
-    return _row(job, split, bucket, len(hyps), bleu, chrf)
+    return _row(job, split, bucket, len(hyps), *bucket_scores(hyps, refs))
 
 
 def _row(job: Job, split: str, bucket: str, n: int, bleu: float, chrf: float) -> Row:
@@ -175,12 +157,8 @@ def bucket_rows(
 ) -> list[Row]:
     """Rows for the whole split ("all") and for each non-empty length bucket."""
     refs = [ref for _, ref in pairs]
-    groups: dict[str, list[int]] = {}
-    for i, (src, _) in enumerate(pairs):
-        groups.setdefault(length_bucket(src, by), []).append(i)
     rows = [make_row(job, split, "all", hyps, refs)]
-    for bucket in sorted(groups, key=bucket_key):
-        idx = groups[bucket]
+    for bucket, idx in length_groups([src for src, _ in pairs], by).items():
         rows.append(make_row(job, split, bucket, [hyps[i] for i in idx], [refs[i] for i in idx]))
     return rows
 

@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 import statistics
-import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-import sacrebleu
-
 from seq2seq.config import DataConfig
+from seq2seq.scoring import BUCKET_BLEU as BLEU
+from seq2seq.scoring import BUCKET_CHRF as CHRF
+from seq2seq.scoring import bucket_key
 
 NOISE_T = 2.0  # |Welch t| above this counts as a difference beyond seed noise
 DASH = "–"
-BLEU = sacrebleu.BLEU(effective_order=True)  # see compare_runs.py's docstring
-CHRF = sacrebleu.CHRF()
 
 
 @dataclass
@@ -355,16 +352,3 @@ def plot_bleu_by_length(rows: list[Row], path: Path, title: str, by: str) -> Non
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-# ----------------------------------------------------------------------------- CLI
-
-
-def bucket_key(bucket: str) -> tuple[int, str]:
-    """Sort key: "all" first, then buckets by their leading number."""
-    return (-1, bucket) if bucket == "all" else (leading_int(bucket), bucket)
-
-
-def leading_int(text: str) -> int:
-    match = re.match(r"\d+", text)
-    return int(match.group()) if match else sys.maxsize

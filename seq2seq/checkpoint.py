@@ -16,7 +16,7 @@ import random
 import re
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -248,13 +248,26 @@ class TrainState:
     step: int = 0  # optimizer steps taken
     epoch: int = 0  # current epoch (its batch order is a function of seed and epoch)
     batch: int = 0  # batches of the current epoch already consumed
-    best_bleu: float = -1.0  # best validation BLEU so far
+    best_metric: str = "bleu"  # the validation metric that chooses best.pt (trainer.best_metric)
+    best_score: float | None = None  # its best value so far (None: no validation yet)
+    best_valid: dict[str, float] = field(default_factory=dict)  # validation metrics at best_step
     tokens: int = 0  # target tokens trained on
-    best_step: int = 0  # step of the best validation BLEU
+    best_step: int = 0  # step of the best validation
     valid_step: int = -1  # step of the last validation
-    stale_validations: int = 0  # validations since the best BLEU (early stopping)
+    stale_validations: int = 0  # validations since the best one (early stopping)
     bad_streak: int = 0  # consecutive steps skipped for a non-finite loss or gradient
     skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient, in all
     log_records: int = 0  # records in train_log.jsonl when the checkpoint was written
     world_size: int = 1  # processes (torchrun ranks) the batch position `batch` refers to
     precision: str = ""  # the precision trained in (what trainer.precision=auto chose)
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> TrainState:
+        """The counters of a checkpoint's "train_state"; one written before trainer.best_metric
+        existed holds `best_bleu` (-1: none yet), which becomes the BLEU best score."""
+        known = {f.name for f in fields(cls)}
+        state = cls(**{k: v for k, v in saved.items() if k in known})
+        if "best_score" not in saved and saved.get("best_bleu", -1.0) >= 0:
+            state.best_metric, state.best_score = "bleu", float(saved["best_bleu"])
+            state.best_valid = {"bleu": float(saved["best_bleu"])}
+        return state

@@ -57,6 +57,17 @@ class Precision(str, Enum):
     fp16 = "fp16"  # autocast to float16 with a gradient scaler (CUDA)
 
 
+class BestMetric(str, Enum):
+    bleu = "bleu"  # validation BLEU of greedy translations, higher is better
+    chrf = "chrf"  # validation chrF of the same translations, higher is better
+    loss = "loss"  # validation loss (teacher-forced NLL per token, no smoothing), lower is better
+
+
+class LengthUnit(str, Enum):
+    words = "words"  # whitespace words of the source: 1-10, 11-20, 21-30, 31-40, 41+
+    items = "items"  # comma-separated items of the source (the numbers data)
+
+
 class Kernels(str, Enum):
     auto = "auto"  # the fast CPU kernels on a CPU, plain PyTorch elsewhere (CUDA)
     reference = "reference"  # plain PyTorch everywhere
@@ -176,7 +187,9 @@ class TrainerConfig:
     init_from: str | None = None
     init_reset: bool = True  # with init_from: a fresh optimizer (false: keep its AdamW moments)
     max_bad_steps: int = 5  # stop after this many consecutive non-finite losses/gradients
-    patience: int = 0  # stop after this many validations without a BLEU gain (0 = off)
+    # the validation metric that chooses best.pt and that early stopping watches
+    best_metric: BestMetric = BestMetric.bleu
+    patience: int = 0  # stop after this many validations without a best_metric gain (0 = off)
     average_last: int = 0  # average the last N step checkpoints at the end and test it too
 
 
@@ -222,7 +235,14 @@ class EvaluateConfig:
     data_root: str | None = None  # replaces the checkpoint's data.root when set
     hyp: str | None = None  # ... or score this hypothesis file against `ref`
     ref: str | None = None  # reference file (plain or .gz), required with hyp
+    src: str | None = None  # source file of `ref` (plain or .gz), for by_length with hyp
     lowercase: bool = False  # also report case-insensitive BLEU
+    by_length: bool = False  # also report BLEU, chrF and count per source-length bucket
+    length_by: LengthUnit = LengthUnit.words  # the buckets of by_length (as the sweep report's)
+    # ckpt: also score the split's references with the model (teacher forcing): per-sentence
+    # NLL and per-token log-probs to `ref_logprobs`, corpus perplexity, perplexity by position
+    score_refs: bool = False
+    ref_logprobs: str | None = None  # score_refs' JSON lines; unset: <split>.ref_logprobs.jsonl
     json: str | None = None  # write the scores as JSON to this path ("-" = stdout)
     device: str = "auto"  # auto | cpu | cuda
     decode: DecodeConfig = field(default_factory=DecodeConfig)

@@ -1,5 +1,6 @@
-"""Measuring a model while it trains: validation (loss, perplexity and greedy BLEU), and the
-window of training statistics behind each TensorBoard log line."""
+"""Measuring a model while it trains: validation (loss, perplexity, and BLEU, chrF and TER of
+greedy translations), which validation is the best (trainer.best_metric), and the window of
+training statistics behind each TensorBoard log line."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from seq2seq.config import SearchKind, TrainConfig
+from seq2seq.checkpoint import TrainState
+from seq2seq.config import BestMetric, SearchKind, TrainConfig
 from seq2seq.data import Split, collate, token_batches
 from seq2seq.distributed import NullWriter
 from seq2seq.loss import label_smoothed_nll
@@ -31,7 +33,9 @@ def validate(
     cfg: TrainConfig,
     autocast: Callable[[], contextlib.AbstractContextManager[Any]],
 ) -> dict[str, float]:
-    """Teacher-forced loss and perplexity, and BLEU of greedy translations, on `data`."""
+    """Teacher-forced loss (NLL per target token, EOS included, no label smoothing) and
+    perplexity on `data`, and BLEU, chrF and TER of greedy translations of its first
+    trainer.valid_bleu_sentences sentences (0: all)."""
     device = next(model.parameters()).device
     model.eval()
     nll_sum, tokens = 0.0, 0
@@ -47,12 +51,50 @@ def validate(
     hyps = translate_ids(model, data.src_ids[:limit], greedy, cfg.data.max_len)
     texts = [tgt_tok.decode(h[0].tokens) for h in hyps]
     model.train()
-    bleu = score(texts, data.tgt_text[:limit])["bleu"]
+    scores = score(texts, data.tgt_text[:limit])
     return {
         "loss": nll_sum / tokens,
         "ppl": math.exp(min(nll_sum / tokens, 50)),
-        "bleu": float(bleu),  # type: ignore[arg-type]
+        **{name: float(scores[name]) for name in ("bleu", "chrf", "ter")},  # type: ignore[arg-type]
     }
+
+
+# the direction in which each trainer.best_metric improves, and its name in messages
+LOWER_IS_BETTER = {BestMetric.bleu: False, BestMetric.chrf: False, BestMetric.loss: True}
+LABELS = {"loss": "loss", "ppl": "ppl", "bleu": "BLEU", "chrf": "chrF", "ter": "TER"}
+
+
+def update_best(state: TrainState, metrics: dict[str, float], metric: BestMetric) -> bool:
+    """Record a validation in `state`: the new best (True) when `metric` strictly improved on
+    the best so far (or is the first), else one more stale validation (early stopping)."""
+    value, best = metrics[metric.value], state.best_score
+    lower = LOWER_IS_BETTER[metric]
+    improved = best is None or (value < best if lower else value > best)
+    if improved:
+        state.best_score, state.best_step, state.stale_validations = value, state.step, 0
+        state.best_valid = dict(metrics)
+    else:
+        state.stale_validations += 1
+    return improved
+
+
+def gain(metric: BestMetric) -> str:
+    """What counts as progress in messages: "BLEU gain", "chrF gain" or "loss decrease"."""
+    return f"{LABELS[metric.value]} {'decrease' if LOWER_IS_BETTER[metric] else 'gain'}"
+
+
+def format_best(state: TrainState) -> str:
+    """ "BLEU 12.34 at step 400": the best validation so far."""
+    value = math.nan if state.best_score is None else state.best_score
+    return f"{format_valid({state.best_metric: value})} at step {state.best_step}"
+
+
+def format_valid(metrics: dict[str, float]) -> str:
+    """ "loss 1.234 ppl 3.43 BLEU 12.34 chrF 40.00 TER 70.00" (the metrics present)."""
+    return " ".join(
+        f"{LABELS.get(k, k)} {v:.3f}" if k == "loss" else f"{LABELS.get(k, k)} {v:.2f}"
+        for k, v in metrics.items()
+    )
 
 
 class Window:

@@ -1,40 +1,115 @@
-"""Scoring translations with sacreBLEU: corpus BLEU and chrF with their signatures.
+"""Scoring translations with sacreBLEU: corpus BLEU, chrF and TER with their signatures, and
+BLEU and chrF by source-length bucket.
 
-Used by validation (`metrics.py`), the test splits (`trainer.py`) and `seq2seq-evaluate`. It does
-not import torch, so that `seq2seq-evaluate hyp=... ref=...` starts quickly.
+Used by validation (`metrics.py`), the test splits (`trainer.py`), `seq2seq-evaluate` and the
+sweep report (`scripts/compare_runs.py`, which shares the length buckets). It does not import
+torch, so that `seq2seq-evaluate hyp=... ref=...` starts quickly.
 """
 
 from __future__ import annotations
 
+import re
+import sys
+
 import sacrebleu
+
+# Source-length buckets: by whitespace words (1-10, 11-20, 21-30, 31-40, then "41+"), or by
+# comma-separated items (the numbers data: one bucket per count).
+WORD_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 40))
+# BLEU of a bucket uses the effective n-gram order: standard corpus BLEU whenever the references
+# hold 4-grams, but not 0 by definition for a bucket of references shorter than 4 tokens
+BUCKET_BLEU = sacrebleu.BLEU(effective_order=True)
+BUCKET_CHRF = sacrebleu.CHRF()
 
 
 def score(hyps: list[str], refs: list[str], lowercase: bool = False) -> dict[str, object]:
-    """Corpus BLEU (13a, cased) and chrF, plus lowercased BLEU when asked, with signatures."""
+    """Corpus BLEU (13a, cased), chrF and TER (sacreBLEU's default: case-insensitive), plus
+    lowercased BLEU when asked, with signatures."""
     if len(hyps) != len(refs):
         from seq2seq.data import DataError  # imports torch: only when it is needed
 
         raise DataError(f"{len(hyps)} hypotheses but {len(refs)} references: they must align")
-    bleu = sacrebleu.BLEU()
-    chrf = sacrebleu.CHRF()
-    result: dict[str, object] = {
-        "n": len(hyps),
-        "bleu": round(bleu.corpus_score(hyps, [refs]).score, 2),
-        "bleu_signature": str(bleu.get_signature()),
-        "chrf": round(chrf.corpus_score(hyps, [refs]).score, 2),
-        "chrf_signature": str(chrf.get_signature()),
-    }
+    result: dict[str, object] = {"n": len(hyps)}
+    metrics = {"bleu": sacrebleu.BLEU(), "chrf": sacrebleu.CHRF(), "ter": sacrebleu.TER()}
     if lowercase:
-        bleu_lc = sacrebleu.BLEU(lowercase=True)
-        result["bleu_lc"] = round(bleu_lc.corpus_score(hyps, [refs]).score, 2)
-        result["bleu_lc_signature"] = str(bleu_lc.get_signature())
+        metrics["bleu_lc"] = sacrebleu.BLEU(lowercase=True)
+    for name, metric in metrics.items():
+        result[name] = round(metric.corpus_score(hyps, [refs]).score, 2)
+        result[f"{name}_signature"] = str(metric.get_signature())
     return result
 
 
+LABELS = {"bleu": "BLEU", "bleu_lc": "BLEU lc", "chrf": "chrF", "ter": "TER"}
+
+
 def format_scores(name: str, scores: dict[str, object]) -> str:
-    """Human-readable lines: BLEU, chrF (and lowercased BLEU) with signatures."""
-    lines = [f"{name}: BLEU {scores['bleu']:.2f}  ({scores['bleu_signature']})"]
-    if "bleu_lc" in scores:
-        lines.append(f"{name}: BLEU lc {scores['bleu_lc']:.2f}  ({scores['bleu_lc_signature']})")
-    lines.append(f"{name}: chrF {scores['chrf']:.2f}  ({scores['chrf_signature']})")
+    """Human-readable lines: BLEU, (lowercased BLEU,) chrF and TER with signatures."""
+    return "\n".join(
+        f"{name}: {label} {scores[key]:.2f}  ({scores[f'{key}_signature']})"
+        for key, label in LABELS.items()
+        if key in scores
+    )
+
+
+# ----------------------------------------------------------------------------- by length
+
+
+def count_items(src: str) -> int:
+    """Number of comma-separated items in a source sentence (numbers data)."""
+    return sum(1 for part in src.split(",") if part.strip())
+
+
+def length_bucket(src: str, by: str) -> str:
+    """Bucket label of a source sentence: its item count ("items"), or a word-count range
+    ("words")."""
+    if by == "items":
+        return str(count_items(src))
+    n = len(src.split())
+    for lo, hi in WORD_BUCKETS:
+        if n <= hi:
+            return f"{lo}-{hi}"
+    return f"{WORD_BUCKETS[-1][1] + 1}+"
+
+
+def leading_int(text: str) -> int:
+    """The number a text starts with (sys.maxsize when none)."""
+    match = re.match(r"\d+", text)
+    return int(match.group()) if match else sys.maxsize
+
+
+def bucket_key(bucket: str) -> tuple[int, str]:
+    """Sort key: "all" first, then buckets by their leading number."""
+    return (-1, bucket) if bucket == "all" else (leading_int(bucket), bucket)
+
+
+def length_groups(srcs: list[str], by: str) -> dict[str, list[int]]:
+    """The indices of the sentences in each non-empty length bucket, shortest bucket first."""
+    groups: dict[str, list[int]] = {}
+    for i, src in enumerate(srcs):
+        groups.setdefault(length_bucket(src, by), []).append(i)
+    return {b: groups[b] for b in sorted(groups, key=bucket_key)}
+
+
+def bucket_scores(hyps: list[str], refs: list[str]) -> tuple[float, float]:
+    """BLEU (effective order) and chrF of one bucket, to 2 decimals."""
+    bleu = BUCKET_BLEU.corpus_score(hyps, [refs]).score
+    return round(bleu, 2), round(BUCKET_CHRF.corpus_score(hyps, [refs]).score, 2)
+
+
+def scores_by_length(
+    srcs: list[str], hyps: list[str], refs: list[str], by: str
+) -> list[dict[str, object]]:
+    """{bucket, n, bleu, chrf} for the whole corpus ("all") and each source-length bucket."""
+    rows: list[dict[str, object]] = []
+    for bucket, idx in {"all": list(range(len(hyps))), **length_groups(srcs, by)}.items():
+        bleu, chrf = bucket_scores([hyps[i] for i in idx], [refs[i] for i in idx])
+        rows.append({"bucket": bucket, "n": len(idx), "bleu": bleu, "chrf": chrf})
+    return rows
+
+
+def format_by_length(rows: list[dict[str, object]], by: str) -> str:
+    """The rows of scores_by_length as a table, with the signatures of its BLEU and chrF."""
+    lines = [f"{'source ' + by:>14} {'n':>6} {'BLEU':>7} {'chrF':>7}"]
+    lines += [f"{r['bucket']:>14} {r['n']:>6} {r['bleu']:>7.2f} {r['chrf']:>7.2f}" for r in rows]
+    lines.append(f"BLEU {BUCKET_BLEU.get_signature()}  chrF {BUCKET_CHRF.get_signature()}")
     return "\n".join(lines)

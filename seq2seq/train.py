@@ -144,7 +144,8 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
         summary["averaged"] = [p.name for p in sources]
     return {
         **summary,
-        "best_valid_bleu": s.best_bleu,
+        "best_valid_bleu": s.best_valid.get("bleu"),  # of best.pt's validation
+        "best_valid": {"metric": s.best_metric, "step": s.best_step, **s.best_valid},
         "steps": s.step,
         "skipped_steps": s.skipped_steps,
         "train_minutes": fit_seconds / 60,

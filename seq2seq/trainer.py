@@ -4,7 +4,8 @@ fit():  until a stop condition (max_steps, max_epochs, early stopping, max_minut
 for each group of batches:
     train_step (teacher forcing, label-smoothed loss, clip, AdamW, inverse-sqrt lr; a step with
     a non-finite loss or gradient is skipped and counted)
-    every valid_every steps: validate (loss, ppl, greedy BLEU), early stopping, save last/best
+    every valid_every steps: validate (loss, ppl, greedy BLEU/chrF/TER), early stopping on
+    trainer.best_metric, save last/best
 test(): score a checkpoint on the test splits. restore(): continue exactly from a checkpoint.
 docs/RELIABILITY.md lists how every fault is handled.
 
@@ -20,7 +21,7 @@ import logging
 import math
 import signal
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,15 @@ from seq2seq.distributed import DistInfo, NullWriter, all_reduce_sum, broadcast,
 from seq2seq.epochs import BatchRef
 from seq2seq.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.interrupt import StopSignals, TrainingInterrupted
-from seq2seq.metrics import Window, log_positional_images, validate
+from seq2seq.metrics import (
+    Window,
+    format_best,
+    format_valid,
+    gain,
+    log_positional_images,
+    update_best,
+    validate,
+)
 from seq2seq.model import EncoderDecoder
 from seq2seq.precision import no_trace, resolve, time_precisions
 from seq2seq.resume import Resume, ResumeError
@@ -95,7 +104,7 @@ class Trainer:
         self.fingerprint = data.fingerprint
         self.dist, self.device = dist or DistInfo(), next(model.parameters()).device
         self.scaler = torch.amp.GradScaler(enabled=t.precision == Precision.fp16)
-        self.state = TrainState(world_size=self.dist.world)
+        self.state = TrainState(world_size=self.dist.world, best_metric=t.best_metric.value)
         self.precision = t.precision  # auto is resolved below, once the model can take steps
         self.ckpt_dir = run_dir / "checkpoints"
         self.saved: tuple[Path, int] | None = None  # the newest checkpoint written, and its step
@@ -175,8 +184,7 @@ class Trainer:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.scheduler.load_state_dict(ckpt["scheduler"])
         self.scaler.load_state_dict(ckpt["scaler"])
-        known = {f.name for f in fields(TrainState)}
-        self.state = TrainState(**{k: v for k, v in ckpt["train_state"].items() if k in known})
+        self.state = TrainState.from_dict(ckpt["train_state"])
         if self.state.world_size != self.dist.world:
             raise ResumeError(
                 f"cannot resume from {path}: it was written by a run of {self.state.world_size} "
@@ -334,9 +342,8 @@ class Trainer:
             return f"max_epochs={t.max_epochs} reached"
         if t.patience and s.stale_validations >= t.patience:
             return (
-                f"early stopping: no BLEU gain in {s.stale_validations} validations "
-                f"(trainer.patience={t.patience}; best {s.best_bleu:.2f} at step "
-                f"{s.best_step})"
+                f"early stopping: no {gain(t.best_metric)} in {s.stale_validations} "
+                f"validations (trainer.patience={t.patience}; best {format_best(s)})"
             )
         if t.max_minutes and time.monotonic() - started > 60 * t.max_minutes:
             return f"max_minutes={t.max_minutes} reached"
@@ -351,13 +358,7 @@ class Trainer:
         bar = tqdm(total=t.max_steps, initial=s.step, disable=not show, desc="train")
         if s.step == 0 and t.init_from and self.dist.is_main:  # where fine-tuning starts
             m = self.validate()
-            log.info(
-                "step 0 (the weights of %s): valid loss %.3f ppl %.2f BLEU %.2f",
-                t.init_from,
-                m["loss"],
-                m["ppl"],
-                m["bleu"],
-            )
+            log.info("step 0 (the weights of %s): valid %s", t.init_from, format_valid(m))
             for name, value in m.items():
                 self.writer.add_scalar(f"valid/{name}", value, 0)
         with StopSignals() as stop:
@@ -402,42 +403,35 @@ class Trainer:
         return self.train_data.collate(ref).to(self.device)
 
     def validate(self) -> dict[str, float]:
-        """Teacher-forced loss and perplexity, and BLEU of greedy translations, on valid."""
+        """Teacher-forced loss and perplexity, and BLEU, chrF and TER of greedy translations,
+        on valid."""
         cfg = self.cfg
         return validate(self.model, self.splits[cfg.data.valid], self.tgt_tok, cfg, self.autocast)
 
     def validate_and_save(self) -> None:
-        """Validate, update the best BLEU and early-stopping counters, log, and save."""
+        """Validate, update the best score (trainer.best_metric) and early-stopping counters,
+        log, and save."""
         # rank 0 validates; every rank takes its metrics, so early stopping agrees everywhere
         metrics = broadcast(self.validate() if self.dist.is_main else None)
-        s, patience = self.state, self.cfg.trainer.patience
-        improved = metrics["bleu"] > s.best_bleu
-        if improved:
-            s.best_bleu, s.best_step, s.stale_validations = metrics["bleu"], s.step, 0
-        else:
-            s.stale_validations += 1
+        s, t = self.state, self.cfg.trainer
+        improved = update_best(s, metrics, t.best_metric)
         s.valid_step = s.step
         for name, value in metrics.items():
             self.writer.add_scalar(f"valid/{name}", value, s.step)
         log_positional_images(self.writer, self.model, s.step)
         note = " (best)"
         if not improved:
-            note = f" (best {s.best_bleu:.2f} at step {s.best_step}; {s.stale_validations} "
-            note += f"without gain, patience {patience})" if patience else "without gain)"
-        log.info(
-            "step %d: valid loss %.3f ppl %.2f BLEU %.2f%s",
-            s.step,
-            metrics["loss"],
-            metrics["ppl"],
-            metrics["bleu"],
-            note,
-        )
+            note = f" (best {format_best(s)}; {s.stale_validations} without {gain(t.best_metric)}"
+            note += f", patience {t.patience})" if t.patience else ")"
+        log.info("step %d: valid %s%s", s.step, format_valid(metrics), note)
         self.steplog.write(
             {
                 "type": "valid",
                 "step": s.step,
                 **metrics,
-                "best_bleu": s.best_bleu,
+                "best_metric": s.best_metric,
+                "best_score": s.best_score,
+                "best_step": s.best_step,
                 "stale_validations": s.stale_validations,
             }
         )
@@ -458,9 +452,10 @@ class Trainer:
         }
 
     def save(self, best: bool, periodic: bool = True) -> None:
-        """Write step_N.pt (periodic, the last keep_last kept), best.pt (when validation BLEU
-        improved) and last.pt, each atomically. last.pt, which resuming reads, comes last: a
-        run killed between the writes resumes from the previous last.pt and writes them again.
+        """Write step_N.pt (periodic, the last keep_last kept), best.pt (when the validation's
+        trainer.best_metric improved) and last.pt, each atomically. last.pt, which resuming
+        reads, comes last: a run killed between the writes resumes from the previous last.pt
+        and writes them again.
         Non-finite weights are never written (every rank checks: they hold the same weights, so
         all stop together). Ranks other than 0 write nothing."""
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import pickle
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import torch
 
 from seq2seq.checkpoint import (
     CheckpointError,
+    TrainState,
     average_checkpoints,
     average_state_dicts,
     load_checkpoint,
@@ -261,3 +263,13 @@ def test_average_checkpoints_is_a_checkpoint_for_inference(tmp_path: Path) -> No
     assert avg["config"] == sample_state()["config"] and "tokenizers" in avg
     assert "optimizer" not in avg and "rng" not in avg
     assert avg["averaged_from"] == [str(p) for p in paths]
+
+
+def test_train_state_of_an_older_checkpoint_keeps_its_best_bleu() -> None:
+    old = {"step": 8, "best_bleu": 12.5, "best_step": 4, "stale_validations": 1, "gone": 0}
+    state = TrainState.from_dict(old)
+    assert (state.step, state.best_step, state.stale_validations) == (8, 4, 1)
+    assert (state.best_metric, state.best_score, state.best_valid) == ("bleu", 12.5, {"bleu": 12.5})
+    fresh = TrainState.from_dict({"step": 0, "best_bleu": -1.0})  # no validation yet
+    assert fresh.best_score is None and fresh.best_valid == {}
+    assert TrainState.from_dict(asdict(state)) == state

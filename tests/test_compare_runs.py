@@ -143,22 +143,6 @@ def md_row(md: str, label: str, section: str = "## Test scores") -> list[str]:
 # ----------------------------------------------------------------------------- units
 
 
-def test_length_buckets() -> None:
-    assert cr.length_bucket("forty-two, seven hundred and one", "items") == "2"
-    assert cr.length_bucket("seven", "items") == "1"
-    assert cr.length_bucket(" ".join(["w"] * 10), "words") == "1-10"
-    assert cr.length_bucket(" ".join(["w"] * 11), "words") == "11-20"
-    assert cr.length_bucket(" ".join(["w"] * 40), "words") == "31-40"
-    assert cr.length_bucket(" ".join(["w"] * 41), "words") == "41+"
-    assert sorted(["41+", "11-20", "all", "1-10"], key=cr.bucket_key) == [
-        "all",
-        "1-10",
-        "11-20",
-        "41+",
-    ]
-    assert sorted(["10", "2", "all"], key=cr.bucket_key) == ["all", "2", "10"]
-
-
 def test_mean_std_and_welch_t() -> None:
     mean, std = sr.mean_std([1.0, 2.0, 3.0, 4.0])
     assert mean == 2.5

@@ -261,7 +261,7 @@ PATIENCE = ["trainer.valid_every=2", "trainer.max_steps=20", "trainer.patience=2
 def valid_records(run_dir: Path) -> list[tuple[int, float, int]]:
     log = read_step_log(run_dir / LOG_NAME)
     return [
-        (r["step"], r["best_bleu"], r["stale_validations"]) for r in log if r["type"] == "valid"
+        (r["step"], r["best_score"], r["stale_validations"]) for r in log if r["type"] == "valid"
     ]
 
 
@@ -277,7 +277,9 @@ def test_early_stopping(
     assert any(
         "early stopping: no BLEU gain in 2 validations" in m and "step 4" in m for m in messages
     )
-    assert any("(best 12.00 at step 4; 2 without gain, patience 2)" in m for m in messages)
+    assert any(
+        "(best BLEU 12.00 at step 4; 2 without BLEU gain, patience 2)" in m for m in messages
+    )
 
 
 def test_early_stopping_state_survives_resume(
@@ -291,6 +293,52 @@ def test_early_stopping_state_survives_resume(
     log_before = read_step_log(tmp_path / LOG_NAME)
     train(compose_train(overrides(root, *PATIENCE)), tmp_path)  # already stopped: no training
     assert read_step_log(tmp_path / LOG_NAME) == log_before
+
+
+def scripted_metrics(monkeypatch: pytest.MonkeyPatch, loss: dict[int, float]) -> None:
+    """Validation loss by step as given, BLEU and chrF rising with the step."""
+
+    def validate(self: Trainer) -> dict[str, float]:
+        step = self.state.step
+        return {"loss": loss[step], "ppl": math.exp(loss[step]), "bleu": step, "chrf": 2 * step}
+
+    monkeypatch.setattr(Trainer, "validate", validate)
+
+
+LOSS = {2: 3.0, 4: 2.0, 6: 2.5, 8: 2.0, 10: 1.0}  # no decrease at 6 and 8 (equal is none)
+
+
+@pytest.mark.parametrize(
+    "metric,best_step,last_step", [("loss", 4, 8), ("bleu", 10, 10), ("chrf", 10, 10)]
+)
+def test_best_metric_chooses_best_pt_and_drives_early_stopping(
+    root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    metric: str,
+    best_step: int,
+    last_step: int,
+) -> None:
+    caplog.set_level(logging.INFO)
+    scripted_metrics(monkeypatch, LOSS)
+    args = overrides(root, *PATIENCE, "trainer.max_steps=10", f"trainer.best_metric={metric}")
+    train(compose_train(args), tmp_path)
+    best = load_checkpoint(tmp_path / "checkpoints" / "best.pt")["train_state"]
+    assert (best["step"], best["best_metric"], best["best_step"]) == (best_step, metric, best_step)
+    log = [r for r in read_step_log(tmp_path / LOG_NAME) if r["type"] == "valid"]
+    assert log[-1]["step"] == last_step
+    results = json.loads((tmp_path / "results.json").read_text())
+    at_best = {k: log[best_step // 2 - 1][k] for k in ("loss", "ppl", "bleu", "chrf")}
+    assert results["best_valid"] == {"metric": metric, "step": best_step, **at_best}
+    assert results["best_valid_bleu"] == best_step
+    if metric == "loss":
+        messages = [r.getMessage() for r in caplog.records]
+        assert any(
+            "early stopping: no loss decrease in 2 validations" in m
+            and "best loss 2.000 at step 4" in m
+            for m in messages
+        )
 
 
 # --------------------------------------------------------------------------- run directory

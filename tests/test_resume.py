@@ -465,6 +465,7 @@ def test_malicious_checkpoint_is_not_resumed(straight: Straight, tmp_path: Path)
         ("data.src_lang=de", "data.src_lang"),
         ("optim.lr=0.01", "optim.lr"),
         ("trainer.precision=bf16", "trainer.precision"),
+        ("trainer.best_metric=loss", "trainer.best_metric"),  # the best score is BLEU's
     ],
 )
 def test_resume_refuses_config_changes(

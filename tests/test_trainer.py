@@ -11,11 +11,13 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from seq2seq.build import build_trainer
+from seq2seq.checkpoint import load_checkpoint
 from seq2seq.data import collate
 from seq2seq.flops import FlopCounter, Throughput, cpu_peak_tflops, peak_tflops
 from seq2seq.kernels import onednn
 from seq2seq.loss import label_smoothed_nll
 from seq2seq.metrics import log_positional_images
+from seq2seq.train import train
 from seq2seq.trainer import Trainer
 from tests.conftest import MakeModel
 from tests.tiny_run import compose_train, tiny_overrides, write_slice
@@ -249,3 +251,22 @@ def test_a_trainer_from_objects_reads_no_corpus(tmp_path: Path) -> None:
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert not absent.exists()
     assert sorted(p.name for p in run_dir.iterdir()) == ["tb", "train_log.jsonl"]
+
+
+@pytest.mark.parametrize("metric", ["loss", "bleu"])
+def test_best_pt_is_the_best_logged_validation(tmp_path: Path, metric: str) -> None:
+    """A real tiny run: best.pt is the validation with the lowest loss / highest BLEU of the
+    run's log (the first of equals), and every validation logs BLEU, chrF and TER."""
+    write_slice(tmp_path / "data")
+    extra = ["trainer.valid_every=2", f"trainer.best_metric={metric}", "trainer.keep_last=0"]
+    cfg = compose_train(tiny_overrides(tmp_path / "data", tmp_path / "cache", *extra))
+    train(cfg, tmp_path / "run")
+    lines = (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()
+    valid = [r for r in map(json.loads, lines) if r["type"] == "valid"]
+    assert [r["step"] for r in valid] == [2, 4, 6, 8, 10, 12]
+    assert all({"bleu", "chrf", "ter"} <= r.keys() for r in valid)
+    sign = 1 if metric == "loss" else -1
+    want = min(valid, key=lambda r: (sign * r[metric], r["step"]))
+    best = load_checkpoint(tmp_path / "run" / "checkpoints" / "best.pt")["train_state"]
+    assert (best["step"], best["best_score"]) == (want["step"], want[metric])
+    assert valid[-1]["best_step"] == want["step"]
