@@ -22,15 +22,19 @@ BUCKET_BLEU = sacrebleu.BLEU(effective_order=True)
 BUCKET_CHRF = sacrebleu.CHRF()
 
 
-def score(hyps: list[str], refs: list[str], lowercase: bool = False) -> dict[str, object]:
-    """Corpus BLEU (13a, cased), chrF and TER (sacreBLEU's default: case-insensitive), plus
-    lowercased BLEU when asked, with signatures."""
+def score(
+    hyps: list[str], refs: list[str], lowercase: bool = False, ter: bool = True
+) -> dict[str, object]:
+    """Corpus BLEU (13a, cased), chrF and, unless `ter` is False, TER (sacreBLEU's default:
+    case-insensitive), plus lowercased BLEU when asked, with signatures."""
     if len(hyps) != len(refs):
         from seq2seq.data import DataError  # imports torch: only when it is needed
 
         raise DataError(f"{len(hyps)} hypotheses but {len(refs)} references: they must align")
     result: dict[str, object] = {"n": len(hyps)}
-    metrics = {"bleu": sacrebleu.BLEU(), "chrf": sacrebleu.CHRF(), "ter": sacrebleu.TER()}
+    metrics = {"bleu": sacrebleu.BLEU(), "chrf": sacrebleu.CHRF()}
+    if ter:
+        metrics["ter"] = sacrebleu.TER()
     if lowercase:
         metrics["bleu_lc"] = sacrebleu.BLEU(lowercase=True)
     for name, metric in metrics.items():
