@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Callable
 
@@ -23,6 +24,7 @@ from seq2seq.search import (
     translate_ids,
 )
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tests import search_golden
 
 MakeModel = Callable[..., EncoderDecoder]
 MakeSources = Callable[..., torch.Tensor]
@@ -437,3 +439,18 @@ def test_decode_batch_dispatches_on_method(model: EncoderDecoder) -> None:
     assert [g[0].tokens for g in greedy] == [
         h[0].tokens for h in decode_batch(model, src, beam_cfg(1, max_len_a=1.0, max_len_b=2))
     ]
+
+
+# --------------------------------------------------------------------------- unchanged outputs
+
+
+@pytest.mark.parametrize("case", sorted(search_golden.CASES))
+def test_greedy_and_beam_outputs_are_as_recorded(case: str) -> None:
+    """The searches return the tokens (and scores, to float rounding) that they returned when
+    tests/data/search_golden.json was written, before sampling, ensembles and alignments."""
+    want = json.loads(search_golden.GOLDEN.read_text(encoding="utf-8"))
+    got = search_golden.outputs([case])
+    for key, results in got.items():
+        assert [[h[0] for h in n] for n in results] == [[h[0] for h in n] for n in want[key]], key
+        scores = [h[1] for n in results for h in n]
+        assert scores == pytest.approx([h[1] for n in want[key] for h in n], abs=1e-4), key
