@@ -60,6 +60,10 @@ class Tokenizer(Protocol):
         """Text of `ids`: PAD and BOS are skipped, everything from the first EOS is dropped."""
         ...
 
+    def id_to_token(self, token_id: int) -> str:
+        """The piece, word or character of one id (attention plots' labels)."""
+        ...
+
     def state(self) -> dict[str, object]:
         """Plain-valued description that `tokenizer_from_state` turns into a tokenizer."""
         ...

@@ -51,7 +51,7 @@ def model_of(pos: PosKind) -> EncoderDecoder:
 
 
 def outputs(names: list[str] | None = None) -> dict[str, Any]:
-    """"<pos>/<case>" -> per source, its hypotheses as [tokens, score], for the cases `names`
+    """ "<pos>/<case>" -> per source, its hypotheses as [tokens, score], for the cases `names`
     (default: all) and two models."""
     found: dict[str, Any] = {}
     for pos in (PosKind.sinusoidal, PosKind.rope):
