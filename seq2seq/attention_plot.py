@@ -47,14 +47,15 @@ def save_heatmap(
     cell = 0.32  # inches per token: labels stay legible, long sentences get a larger image
     width = max(4.0, 1.5 + cell * len(src_tokens)) * len(panels)
     height = max(3.0, 1.5 + cell * len(tgt_tokens))
-    fig, axes = plt.subplots(1, len(panels), figsize=(width, height), squeeze=False)
+    shape = (width, height)  # panels share the target axis: its labels on the first only
+    fig, axes = plt.subplots(1, len(panels), figsize=shape, squeeze=False, sharey=True)
     for ax, panel, name in zip(axes[0], panels, names, strict=True):
         image = ax.imshow(panel.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
         ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=90, fontsize=9)
         ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=9)
         ax.set_xlabel("source")
-        ax.set_ylabel("target")
         ax.set_title(name, fontsize=9)
+    axes[0][0].set_ylabel("target")
     fig.colorbar(image, ax=axes[0].tolist(), fraction=0.03)
     fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=100, bbox_inches="tight")
