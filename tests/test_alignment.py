@@ -18,7 +18,7 @@ from seq2seq.alignment import (
 from seq2seq.config import ConfigError, DecodeConfig, PosKind, SearchKind
 from seq2seq.ensemble import Ensemble
 from seq2seq.model import EncoderDecoder
-from seq2seq.search import translate_ids
+from seq2seq.search import greedy_search, translate_ids
 from tests.conftest import MakeModel, MakeSources
 
 
@@ -94,3 +94,25 @@ def test_check_layer_counts_from_both_ends() -> None:
     for bad in (3, -4):
         with pytest.raises(ConfigError, match=rf"align_layer={bad} is invalid.*\[-3, 2\]"):
             check_layer(bad, 3)
+
+
+def test_the_rerun_gives_the_attention_of_the_search(trained: EncoderDecoder) -> None:
+    """The weights the cached, step-by-step greedy search computed (recorded by a hook, one
+    sentence) are those of the teacher-forced re-run, row for row."""
+    src = torch.tensor([[5, 9, 7, 12, 2]])
+    steps: list[list[torch.Tensor]] = [[] for _ in trained.decoder]
+    hooks = [
+        layer.cross_attn.register_forward_hook(
+            lambda attn, args, _, i=i: steps[i].append(attn.weights(*args).mean(1))
+        )
+        for i, layer in enumerate(trained.decoder)
+    ]
+    try:
+        (hyp,) = greedy_search(trained, src, torch.tensor([12]))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    during = torch.stack([torch.cat(layer, 1)[0] for layer in steps])  # (L, T + 1, S)
+    assert len(hyp.tokens) >= 3 and during.shape == (2, len(hyp.tokens) + 1, 5)
+    rerun = model_attention(trained, src, [hyp.tokens])[0]  # (L, T + 1, S)
+    torch.testing.assert_close(rerun, during, atol=1e-5, rtol=0)
