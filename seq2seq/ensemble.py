@@ -37,6 +37,7 @@ class Ensemble(nn.Module):
         self.members: list[EncoderDecoder] = list(models)  # the same, typed
         self.widths = [m.cfg.d_model for m in models]  # each model's share of the memory
         self.depths = [len(m.decoder) for m in models]  # each model's share of the caches
+        self.training = all(m.training for m in models)  # eval models make an eval ensemble
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) -> the models' memories side by side (B, S, sum D) and src_mask (B, S)."""

@@ -39,6 +39,7 @@ def test_an_ensemble_of_one_and_of_a_model_with_itself_equal_the_model(
     alone = decode_batch(trained, src, cfg)
     same(decode_batch(Ensemble([trained]), src, cfg), alone)
     same(decode_batch(Ensemble([trained, trained]), src, cfg), alone)
+    assert not Ensemble([trained]).training  # decoding with it leaves the model in eval mode
 
 
 def naive_ensemble_greedy(
@@ -80,6 +81,7 @@ def test_an_ensemble_decodes_with_the_mean_of_its_models(
     ids = [row[row.ne(PAD_ID) & row.ne(EOS_ID)].tolist() for row in src]
     one_by_one = dataclasses.replace(beam, batch_size=1)  # batched beams: caches reordered
     same(translate_ids(ensemble, ids, beam), translate_ids(ensemble, ids, one_by_one))
+    assert not trained.training and not other.training
 
 
 def test_checkpoints_with_other_vocabularies_are_refused() -> None:
