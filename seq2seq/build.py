@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ from seq2seq.config import (
 )
 from seq2seq.corpus import load_corpus
 from seq2seq.distributed import DistInfo, init_distributed
+from seq2seq.ensemble import Ensemble, check_same_vocabularies
 from seq2seq.finetune import Source, adopt, load_source
 from seq2seq.model import EncoderDecoder
 from seq2seq.positional import build_positional
@@ -116,6 +118,17 @@ def load_for_inference(
     model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size)
     load_model_state(model, state["model"], Path(ckpt))
     return model.to(resolve_device(device)).eval(), src_tok, tgt_tok, cfg
+
+
+def load_ensemble(
+    paths: Sequence[str | Path], device: str
+) -> tuple[Ensemble, Tokenizer, Tokenizer, TrainConfig]:
+    """The checkpoints `paths` as one Ensemble (eval mode, on device), with the first one's
+    tokenizers and config (its decoding settings and data.max_len)."""
+    loaded = [load_for_inference(path, device) for path in paths]
+    check_same_vocabularies(paths, [(src, tgt) for _, src, tgt, _ in loaded])
+    _, src_tok, tgt_tok, cfg = loaded[0]
+    return Ensemble([model for model, *_ in loaded]).eval(), src_tok, tgt_tok, cfg
 
 
 def init_process(t: TrainerConfig) -> tuple[DistInfo, torch.device]:

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -42,6 +43,12 @@ class PosKind(str, Enum):
 class SearchKind(str, Enum):
     greedy = "greedy"
     beam = "beam"
+    sample = "sample"  # random sampling (temperature, top-k, top-p), seeded
+
+
+class AttentionLayers(str, Enum):
+    mean = "mean"  # one heatmap: the decoder layers' cross-attention averaged
+    all = "all"  # one heatmap per decoder layer
 
 
 class LengthPenaltyKind(str, Enum):
@@ -195,14 +202,18 @@ class TrainerConfig:
 
 @dataclass
 class DecodeConfig:
-    method: SearchKind = SearchKind.greedy  # greedy | beam
+    method: SearchKind = SearchKind.greedy  # greedy | beam | sample
     beam_size: int = 5  # beam width (beam search)
     length_penalty: LengthPenaltyKind = LengthPenaltyKind.gnmt  # how beam scores are normalized
     alpha: float = 0.6  # length penalty exponent
     max_len_a: float = 1.5  # output length limit is a * |src| + b
     max_len_b: int = 10  # see max_len_a
-    nbest: int = 1  # hypotheses returned per sentence (beam search)
+    nbest: int = 1  # hypotheses returned per sentence (beam search), samples drawn (sample)
     batch_size: int = 64  # sentences per decoding batch
+    temperature: float = 1.0  # sample: the logits are divided by it (below 1: closer to greedy)
+    top_k: int = 0  # sample: draw from the k most probable tokens only (0 = all)
+    top_p: float = 1.0  # sample: from the fewest most probable tokens holding p of the mass
+    seed: int = 1  # sample: with the sentence's index, seeds its draws (batch-size independent)
 
 
 @dataclass
@@ -221,11 +232,20 @@ class TrainConfig:
 
 @dataclass
 class TranslateConfig:
-    ckpt: str = MISSING  # checkpoint to load (best.pt or last.pt of a run)
+    # checkpoint to load (best.pt or last.pt of a run), or a list of them: an ensemble that
+    # averages their log-probabilities at every step (ckpt=[a.pt,b.pt]; same tokenizers)
+    ckpt: Any = MISSING
     input: str = "-"  # file to translate, one sentence a line ("-" = stdin)
     output: str = "-"  # where to write translations ("-" = stdout)
     device: str = "auto"  # auto | cpu | cuda
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    # append " ||| " and source-target alignment pairs i-j (0-based subword tokens, EOS left
+    # out) to each output line: each target token's most attended source token
+    align: bool = False
+    # decoder layer whose cross-attention (averaged over heads) aligns; 0-based, -1 = the last
+    align_layer: int = -1
+    attention_dir: str | None = None  # write one cross-attention heatmap (PNG) per sentence here
+    attention_layers: AttentionLayers = AttentionLayers.mean  # heatmaps: layers averaged or all
 
 
 @dataclass
@@ -287,7 +307,7 @@ def check_decode(cfg: DecodeConfig, prefix: str = "decode") -> None:
     _require(cfg.beam_size >= 1, f"{prefix}.beam_size", cfg.beam_size, "at least 1")
     _require(cfg.nbest >= 1, f"{prefix}.nbest", cfg.nbest, "at least 1")
     _require(
-        cfg.nbest <= cfg.beam_size or cfg.method == SearchKind.greedy,
+        cfg.nbest <= cfg.beam_size or cfg.method != SearchKind.beam,
         f"{prefix}.nbest",
         cfg.nbest,
         f"at most beam_size ({cfg.beam_size})",
@@ -301,6 +321,9 @@ def check_decode(cfg: DecodeConfig, prefix: str = "decode") -> None:
         "above 0 when max_len_a is 0",
     )
     _require(cfg.batch_size >= 1, f"{prefix}.batch_size", cfg.batch_size, "at least 1")
+    _require(cfg.temperature > 0, f"{prefix}.temperature", cfg.temperature, "above 0")
+    _require(cfg.top_k >= 0, f"{prefix}.top_k", cfg.top_k, "0 (all tokens) or more")
+    _require(0 < cfg.top_p <= 1, f"{prefix}.top_p", cfg.top_p, "in (0, 1]")
 
 
 def check_config(cfg: TrainConfig) -> None:

@@ -61,7 +61,7 @@ def score_references(
     src_ids = translator.src_tok.encode_batch([p[0] for p in pairs])
     tgt_ids = translator.tgt_tok.encode_batch([p[1] for p in pairs])
     max_tokens = translator.cfg.trainer.max_tokens
-    logprobs = reference_logprobs(translator.model, src_ids, tgt_ids, max_tokens)
+    logprobs = reference_logprobs(translator.single("score_refs"), src_ids, tgt_ids, max_tokens)
     path = Path(cfg.ref_logprobs or f"{cfg.split}.ref_logprobs.jsonl")
     write_logprobs(path, logprobs, tgt_ids, translator.tgt_tok)
     return {**perplexity(logprobs), "output": str(path)}

@@ -133,11 +133,12 @@ class CheckResult:
 
 def our_logprobs(t: Translator, src: list[list[int]], tgt: list[list[int]]) -> list[list[float]]:
     """Our teacher-forced log-probabilities of each target token and its EOS."""
-    device = next(t.model.parameters()).device
+    model = t.single("seq2seq-export")
+    device = next(model.parameters()).device
     src_t = pad_sources(src, 10**9, device)  # (B, S)
     tgt_in = pad_sources([[BOS_ID, *x] for x in tgt], 10**9, device)[:, :-1]  # (B, T)
     with torch.inference_mode():
-        lp = t.model(src_t, tgt_in).float().log_softmax(-1)  # (B, T, V)
+        lp = model(src_t, tgt_in).float().log_softmax(-1)  # (B, T, V)
     return [[float(lp[b, i, k]) for i, k in enumerate([*x, EOS_ID])] for b, x in enumerate(tgt)]
 
 
@@ -190,16 +191,17 @@ def self_check(t: Translator, engine: Exported, split: str, n: int) -> CheckResu
 
 def write_folder(t: Translator, cfg: ExportConfig, out: Path) -> None:
     """The exported model and its tokenizers in `out` (an existing empty folder)."""
+    model, rows = t.single("seq2seq-export"), t.cfg.pos_encoding.max_len
     if cfg.format == ExportFormat.huggingface:
         from seq2seq import export_hf
 
         if cfg.quantization != Quantization.float32:
             raise ExportError("quantization applies to format=ctranslate2 only")
-        export_hf.save(t.model, t.src_tok, t.tgt_tok, out, t.cfg.pos_encoding.max_len)
+        export_hf.save(model, t.src_tok, t.tgt_tok, out, rows)
         return
     from seq2seq import export_ct2
 
-    spec = export_ct2.build_spec(t.model, t.src_tok, t.tgt_tok, t.cfg.pos_encoding.max_len)
+    spec = export_ct2.build_spec(model, t.src_tok, t.tgt_tok, rows)
     export_ct2.save(spec, out, cfg.quantization.value)
     for name, tok in (("source.spm", t.src_tok), ("target.spm", t.tgt_tok)):
         if isinstance(tok, SentencePieceTokenizer):

@@ -18,7 +18,6 @@ Positional encodings, per side:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -169,8 +168,7 @@ def _set_layer(spec: Any, layer: Any, decoder: bool) -> None:
 
 def vocabulary(tok: Tokenizer) -> list[str]:
     """Token strings by id (the four specials first, as our ids have them)."""
-    id_to_token: Callable[[int], str] = tok.id_to_token  # type: ignore[attr-defined]
-    tokens = [id_to_token(i) for i in range(tok.vocab_size)]
+    tokens = [tok.id_to_token(i) for i in range(tok.vocab_size)]
     tokens[: len(SPECIAL_TOKENS)] = SPECIAL_TOKENS
     if len(set(tokens)) != len(tokens):
         raise ExportError("the vocabulary has repeated token strings; CTranslate2 maps by string")

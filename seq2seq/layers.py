@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq import kernels
+from seq2seq.kernels.reference import attention_mask
 from seq2seq.positional import PositionalEncoding
 
 
@@ -138,6 +139,23 @@ class MultiHeadAttention(nn.Module):
         out = self.attend(q, k, v, key_mask, offset)  # (B, H, Tq, Dh)
         b, _, t, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))  # (B, Tq, D)
+
+    def weights(
+        self, x: Tensor, kv: tuple[Tensor, Tensor], key_mask: Tensor | None = None
+    ) -> Tensor:
+        """The attention weights (B, H, Tq, Tk) of `forward(x, kv, key_mask)` without dropout,
+        written out (forward may use a fused kernel that never forms them). For inspection:
+        alignments and attention plots."""
+        q = self.pos.rotate(self._heads(self.q_proj(x)), 0)  # (B, H, Tq, Dh)
+        k = kv[0]  # (B, H, Tk, Dh)
+        logits = q @ k.transpose(-1, -2) / self.head_dim**0.5  # (B, H, Tq, Tk)
+        bias = self.pos.bias(q, 0, k.size(-2))  # (B|1, H, Tq, Tk) or None
+        if bias is not None:
+            logits = logits + bias
+        mask = attention_mask(key_mask, self.causal, q.size(-2), k.size(-2), q.device)
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        return logits.softmax(-1, dtype=torch.float32)  # (B, H, Tq, Tk)
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, offset: int

@@ -1,4 +1,4 @@
-"""Inference: greedy and batched beam search with a key/value cache.
+"""Inference: greedy, batched beam search and sampling, with a key/value cache.
 
 Both decode a whole batch at once: sentences (and beams) live in one tensor, and finished
 hypotheses are tracked with tensors, not with a Python loop over sentences. A sentence that is
@@ -9,6 +9,7 @@ tokens and at least `min_len` (EOS included in both; EOS is masked before `min_l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,8 +18,9 @@ from torch import Tensor
 
 from seq2seq.config import DecodeConfig, LengthPenaltyKind, SearchKind
 from seq2seq.data import sentence_batches
+from seq2seq.ensemble import SearchModel
 from seq2seq.layers import LayerCache
-from seq2seq.model import EncoderDecoder
+from seq2seq.sampling import Sampler, uniform_table
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
@@ -95,14 +97,37 @@ def _strip(ids: list[int]) -> list[int]:
     return ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
 
 
+# Chooses each row's next token from its log-probabilities (N, V), given the input sentence of
+# every row (N,) and the step: returns the tokens' log-probabilities (N,) and the tokens (N,).
+Pick = Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
+
+
+def _most_probable(logprobs: Tensor, rows: Tensor, step: int) -> tuple[Tensor, Tensor]:
+    return logprobs.max(-1)  # (N,) each
+
+
 @torch.inference_mode()
 def greedy_search(
-    model: EncoderDecoder, src: Tensor, max_len: Tensor, min_len: Tensor | int = 0
+    model: SearchModel, src: Tensor, max_len: Tensor, min_len: Tensor | int = 0
 ) -> list[Hypothesis]:
     """Most probable next token at every step, for sources (B, S); a sentence leaves the batch
     when it emits EOS, and the search stops when none is left."""
     memory, src_mask = model.encode(src)  # (B, S, D), (B, S)
-    batch, limit, device = src.size(0), int(max_len.max()), src.device
+    return one_path_search(model, memory, src_mask, max_len, min_len, _most_probable)
+
+
+def one_path_search(
+    model: SearchModel,
+    memory: Tensor,
+    src_mask: Tensor,
+    max_len: Tensor,
+    min_len: Tensor | int,
+    pick: Pick,
+) -> list[Hypothesis]:
+    """One hypothesis per row of the encoder output memory (B, S, D), its token at every step
+    chosen by `pick` (greedy: the most probable; sampling: a draw). A row leaves the batch when
+    it emits EOS, and the search stops when none is left."""
+    batch, limit, device = memory.size(0), int(max_len.max()), memory.device
     bounds = _Bounds(max_len, _as_lengths(min_len, max_len))
     cache = model.new_cache(limit)
     out = torch.full((batch, limit), PAD_ID, dtype=torch.long, device=device)  # (B, L)
@@ -111,7 +136,7 @@ def greedy_search(
     token = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=device)  # (N, 1)
     for step in range(limit):
         logits = model.decode(token, memory, src_mask, cache)[:, -1]  # (N, V)
-        best_logprob, best = _logprobs(logits, step, bounds, 1)[:, 0].max(-1)  # (N,) each
+        best_logprob, best = pick(_logprobs(logits, step, bounds, 1)[:, 0], alive, step)  # (N,)
         out[alive, step] = best
         score[alive] += best_logprob
         ended = best.eq(EOS_ID)  # (N,)
@@ -124,6 +149,29 @@ def greedy_search(
             _keep(cache, rows, rows)
         token = best[:, None]
     return [Hypothesis(_strip(row), s) for row, s in zip(out.tolist(), score.tolist(), strict=True)]
+
+
+@torch.inference_mode()
+def sample_search(
+    model: SearchModel,
+    src: Tensor,
+    max_len: Tensor,
+    cfg: DecodeConfig,
+    sentences: list[int],
+    min_len: Tensor | int = 0,
+) -> list[list[Hypothesis]]:
+    """cfg.nbest samples of each source of src (B, S), in the order drawn (seq2seq/sampling.py);
+    `sentences` (B): each source's index in the input, which with cfg.seed seeds its draws. A
+    sample's score is its log-probability under the model."""
+    n = cfg.nbest
+    memory, src_mask = model.encode(src)  # (B, S, D), (B, S)
+    table = uniform_table(cfg.seed, sentences, n, max_len.tolist()).to(src.device)  # (B*n, L)
+    rows = torch.arange(src.size(0), device=src.device).repeat_interleave(n)  # (B*n,)
+    min_len = _as_lengths(min_len, max_len)[rows]  # (B*n,)
+    found = one_path_search(
+        model, memory[rows], src_mask[rows], max_len[rows], min_len, Sampler(cfg, table)
+    )
+    return [found[i : i + n] for i in range(0, len(found), n)]
 
 
 @dataclass
@@ -174,7 +222,7 @@ class _Beams:
 
 @torch.inference_mode()
 def beam_search(
-    model: EncoderDecoder,
+    model: SearchModel,
     src: Tensor,
     max_len: Tensor,
     cfg: DecodeConfig,
@@ -254,13 +302,22 @@ def _advance(
 
 
 def decode_batch(
-    model: EncoderDecoder, src: Tensor, cfg: DecodeConfig, min_len: int = 0
+    model: SearchModel,
+    src: Tensor,
+    cfg: DecodeConfig,
+    min_len: int = 0,
+    sentences: list[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate a batch of sources (B, S) with the method in cfg: cfg.nbest hypotheses each,
-    at least min_len tokens long (EOS included) unless the max length a * |src| + b is lower."""
+    at least min_len tokens long (EOS included) unless the max length a * |src| + b is lower.
+    `sentences`: the index of each source in the whole input, which seeds its samples (default:
+    its row)."""
     max_len = max_lengths(src, cfg.max_len_a, cfg.max_len_b)  # (B,)
     if cfg.method == SearchKind.greedy:
         return [[h] for h in greedy_search(model, src, max_len, min_len)]
+    if cfg.method == SearchKind.sample:
+        index = sentences if sentences is not None else list(range(src.size(0)))
+        return sample_search(model, src, max_len, cfg, index, min_len)
     return beam_search(model, src, max_len, cfg, min_len)
 
 
@@ -271,7 +328,7 @@ def pad_sources(seqs: list[list[int]], max_len: int, device: torch.device) -> Te
 
 
 def translate_ids(
-    model: EncoderDecoder,
+    model: SearchModel,
     src_ids: list[list[int]],
     cfg: DecodeConfig,
     max_src_len: int = 1024,
@@ -284,7 +341,8 @@ def translate_ids(
     model.eval()
     for index in sentence_batches([len(s) for s in src_ids], cfg.batch_size):
         src = pad_sources([src_ids[i] for i in index], max_src_len, device)  # (B, S)
-        for i, hyps in zip(index, decode_batch(model, src, cfg, min_len), strict=True):
+        found = decode_batch(model, src, cfg, min_len, index)
+        for i, hyps in zip(index, found, strict=True):
             results[i] = hyps
     model.train(was_training)
     return results

@@ -7,12 +7,13 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from seq2seq.config import ModelConfig, PosEncodingConfig, PosKind
 from seq2seq.model import EncoderDecoder
 from seq2seq.positional import build_positional
-from seq2seq.tokenizer import EOS_ID, PAD_ID
+from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 # The test models are tiny: one intra-op thread is fastest, and on a busy machine the default
 # (one per core) waits on the other threads at every op, which made a 9-step decode take seconds.
@@ -102,6 +103,38 @@ def _random_sources(
 
 
 MakeSources = Callable[..., torch.Tensor]
+
+
+REV_VOCAB = 16
+
+
+def reverse_batch(gen: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sources of 1-6 random words + EOS, targets: the words reversed + EOS (both padded)."""
+    src = torch.full((n, 8), PAD_ID)
+    tgt = torch.full((n, 8), PAD_ID)
+    for i, length in enumerate(torch.randint(1, 7, (n,), generator=gen).tolist()):
+        words = torch.randint(4, REV_VOCAB, (length,), generator=gen)
+        src[i, :length], src[i, length] = words, EOS_ID
+        tgt[i, :length], tgt[i, length] = words.flip(0), EOS_ID
+    return src, tgt
+
+
+@pytest.fixture(scope="session")
+def trained(make_model: MakeModel) -> EncoderDecoder:
+    """A tiny model trained ~1 s on reversal, so that it stops with EOS at varied lengths."""
+    model = make_model(PosKind.sinusoidal, vocab=REV_VOCAB, layers=2, randomize_pos=False)
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(80):
+        src, tgt = reverse_batch(gen, 32)
+        tgt_in = torch.cat((torch.full((32, 1), BOS_ID), tgt[:, :-1]), dim=1)
+        logits = model(src, tgt_in)
+        loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=PAD_ID)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
 
 
 @pytest.fixture(scope="session")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Callable
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from seq2seq.config import DecodeConfig, LengthPenaltyKind, PosKind, SearchKind
@@ -23,39 +23,11 @@ from seq2seq.search import (
     translate_ids,
 )
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tests import search_golden
+from tests.conftest import REV_VOCAB, reverse_batch
 
 MakeModel = Callable[..., EncoderDecoder]
 MakeSources = Callable[..., torch.Tensor]
-REV_VOCAB = 16
-
-
-def reverse_batch(gen: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sources of 1-6 random words + EOS, targets: the words reversed + EOS (both padded)."""
-    src = torch.full((n, 8), PAD_ID)
-    tgt = torch.full((n, 8), PAD_ID)
-    for i, length in enumerate(torch.randint(1, 7, (n,), generator=gen).tolist()):
-        words = torch.randint(4, REV_VOCAB, (length,), generator=gen)
-        src[i, :length], src[i, length] = words, EOS_ID
-        tgt[i, :length], tgt[i, length] = words.flip(0), EOS_ID
-    return src, tgt
-
-
-@pytest.fixture(scope="module")
-def trained(make_model: MakeModel) -> EncoderDecoder:
-    """A tiny model trained ~1 s on reversal, so that it stops with EOS at varied lengths."""
-    model = make_model(PosKind.sinusoidal, vocab=REV_VOCAB, layers=2, randomize_pos=False)
-    model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(80):
-        src, tgt = reverse_batch(gen, 32)
-        tgt_in = torch.cat((torch.full((32, 1), BOS_ID), tgt[:, :-1]), dim=1)
-        logits = model(src, tgt_in)
-        loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=PAD_ID)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
 
 
 @pytest.fixture(params=["random", "trained"])
@@ -437,3 +409,18 @@ def test_decode_batch_dispatches_on_method(model: EncoderDecoder) -> None:
     assert [g[0].tokens for g in greedy] == [
         h[0].tokens for h in decode_batch(model, src, beam_cfg(1, max_len_a=1.0, max_len_b=2))
     ]
+
+
+# --------------------------------------------------------------------------- unchanged outputs
+
+
+@pytest.mark.parametrize("case", sorted(search_golden.CASES))
+def test_greedy_and_beam_outputs_are_as_recorded(case: str) -> None:
+    """The searches return the tokens (and scores, to float rounding) that they returned when
+    tests/data/search_golden.json was written, before sampling, ensembles and alignments."""
+    want = json.loads(search_golden.GOLDEN.read_text(encoding="utf-8"))
+    got = search_golden.outputs([case])
+    for key, results in got.items():
+        assert [[h[0] for h in n] for n in results] == [[h[0] for h in n] for n in want[key]], key
+        scores = [h[1] for n in results for h in n]
+        assert scores == pytest.approx([h[1] for n in want[key] for h in n], abs=1e-4), key
