@@ -33,6 +33,8 @@ def cases() -> dict[str, tuple[str, list[str]]]:
     for app, required in APPS.items():
         for path in sorted((CONFIGS / "decode").glob("*.yaml")):
             out[f"{app} decode={path.stem}"] = (app, [*required, f"decode={path.stem}"])
+    out["export"] = ("export", ["ckpt=run/best.pt", "out=deploy"])  # no decode group
+    out["prepare"] = ("prepare", [])
     return out
 
 
