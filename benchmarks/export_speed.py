@@ -34,6 +34,8 @@ HERE = Path(__file__).resolve().parent
 BEAM = 5
 BATCH = 64  # sentences a batch, every engine
 ENGINES = ("ours", "ct2_float32", "ct2_int8")
+# CTranslate2's GEMM backend choice: unset, it takes MKL on Intel CPUs only (its backend.cc)
+CT2_USE_MKL = os.environ.get("CT2_USE_MKL", "unset")
 
 
 def worker(engine: str, inputs_path: str) -> None:
@@ -83,15 +85,18 @@ def ct2_decoder(inputs: dict[str, Any], engine: str, threads: int) -> Any:
     return decode
 
 
-def export_both(ckpt: Path, work: Path, data: Path) -> dict[str, Any]:
-    """float32 and int8 exports (each with its self-check) in `work`."""
+def export_both(ckpt: Path, work: Path, data: Path, check_lines: int) -> dict[str, Any]:
+    """float32 and int8 exports (each with its self-check on `check_lines` validation
+    sentences) in `work`."""
     from seq2seq.config import ExportConfig, Quantization
     from seq2seq.export import run as export
 
     checks = {}
     for q in (Quantization.float32, Quantization.int8):
         out = work / f"ct2_{q.value}"
-        cfg = ExportConfig(ckpt=str(ckpt), out=str(out), quantization=q, force=True)
+        cfg = ExportConfig(
+            ckpt=str(ckpt), out=str(out), quantization=q, force=True, check_lines=check_lines
+        )
         cfg.data_root = str(data)
         check = export(cfg)
         checks[q.value] = None if check is None else check.__dict__
@@ -164,7 +169,7 @@ def report(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str, 
     lines = [
         f"Checkpoint `{args.ckpt}`; the first {n} sentences of {args.split}; beam {BEAM}, "
         f"batches of {BATCH} sentences, {args.threads} threads, {args.repeats} repeats "
-        "(mean ± std); text in, text out.",
+        f"(mean ± std); text in, text out; CT2_USE_MKL={CT2_USE_MKL}.",
         "",
         "| engine | sentences/s | vs ours | BLEU | outputs identical to ours | peak RSS MB |",
         "|---|---|---|---|---|---|",
@@ -185,6 +190,12 @@ def report(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str, 
     return "\n".join(lines)
 
 
+def sha256_file(path: Path) -> str:
+    from seq2seq.prepared import sha256_file as digest
+
+    return digest(path)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         worker(sys.argv[2], sys.argv[3])
@@ -197,16 +208,26 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--data", default=None, help="Multi30k folder (default: common.multi30k_root)")
     p.add_argument("--work", type=Path, default=Path(".cache/export_speed"))
+    p.add_argument("--check-lines", type=int, default=1000, help="the exports' self-checks")
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    checks = export_both(args.ckpt, args.work, multi30k_root(args.data))
+    checks = export_both(args.ckpt, args.work, multi30k_root(args.data), args.check_lines)
     inputs = inputs_for(args, args.work)
     args.sentences = len(inputs["texts"])
     path = args.work / "inputs.json"
     path.write_text(json.dumps(inputs))
     runs = measure(args, path)
     summary = summarize(runs, inputs["refs"], args.sentences)
-    write_json("export_speed", {"summary": summary, "checks": checks, "decode": inputs["decode"]})
+    write_json(
+        "export_speed",
+        {
+            "summary": summary,
+            "checks": checks,
+            "decode": inputs["decode"],
+            "ct2_use_mkl": CT2_USE_MKL,
+            "checkpoint_sha256": sha256_file(args.ckpt),
+        },
+    )
     body = report(args, summary, checks)
     update_doc("export_speed", "Deployment: CTranslate2 exports vs our beam search", body)
     print(body)

@@ -48,7 +48,9 @@ class ExportError(ConfigError):
 
 
 def _np(t: Tensor) -> Any:
-    return t.detach().float().cpu().numpy()
+    """A copy: CTranslate2's quantization rewrites the spec's arrays in place, and a view would
+    change the model's own weights."""
+    return t.detach().float().cpu().numpy().copy()
 
 
 def _kind(pos: PositionalEncoding) -> str:

@@ -83,6 +83,17 @@ def test_ctranslate2_separate_embeddings(
     agree(model, ct2(model, words(VOCAB), tmp_path), words(VOCAB))
 
 
+@pytest.mark.parametrize("quantization", ["int8", "int16", "float16"])
+def test_quantized_export_leaves_the_model_alone(
+    make_model: MakeModel, tmp_path: Path, quantization: str
+) -> None:
+    model = make_model("relative", layers=2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    save(build_spec(model, words(VOCAB), words(VOCAB), 64), tmp_path, quantization)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+
+
 def test_ctranslate2_alibi_decoder_but_not_encoder(make_model: MakeModel, tmp_path: Path) -> None:
     model = make_model("none", layers=2)
     model.dec_pos = ALiBi(4)
@@ -167,9 +178,13 @@ def test_ctranslate2_export_of_a_run(run: Path) -> None:
 
 def test_int8_export_reports_its_agreement(run: Path) -> None:
     ckpt, out = run / "run" / "checkpoints" / "best.pt", run / "ct2_int8"
+    exact = export(ExportConfig(ckpt=str(ckpt), out=str(run / "ct2_fp32"), check_lines=20))
     cfg = ExportConfig(ckpt=str(ckpt), out=str(out), quantization=Quantization.int8)
     check = export(cfg)
-    assert check is not None and 0 <= check.identical <= check.sentences == 20
+    assert check is not None and exact is not None
+    assert 0 <= check.identical <= check.sentences == 20
+    assert check.bleu_ours == exact.bleu_ours  # our side is the model as it was
+    assert 0 < check.max_logprob_diff < 1.0  # int8 moves the log-probabilities a little
     assert json.loads((out / "config.json").read_text())  # CTranslate2's own config
     manifest = json.loads((out / "seq2seq_export.json").read_text())
     assert manifest["quantization"] == "int8"
