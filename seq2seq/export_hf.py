@@ -171,7 +171,9 @@ def to_marian(model: EncoderDecoder, max_positions: int) -> MarianMTModel:
     vocab = (model.src_embed.num_embeddings, model.tgt_embed.num_embeddings)
     marian = MarianMTModel(marian_config(model.cfg, vocab, max_positions)).eval()
     load_into(marian, model)
-    marian.generation_config.bad_words_ids = [[PAD_ID], [BOS_ID]]  # our searches never output them
+    generation = marian.generation_config
+    generation.bad_words_ids = [[PAD_ID], [BOS_ID]]  # our searches never output them
+    generation.max_length = max_positions  # transformers' default (20 tokens) cuts sentences
     return marian
 
 

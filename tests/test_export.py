@@ -198,6 +198,7 @@ def test_huggingface_export_of_a_run(run: Path) -> None:
     assert check is not None and check.identical == check.sentences
     tokenizer = MarianTokenizer.from_pretrained(out)
     model = MarianMTModel.from_pretrained(out).eval()
+    assert model.generation_config.max_length > 100  # not transformers' default of 20
     src = (run / "data" / "valid.en").read_text(encoding="utf-8").splitlines()[:5]
     batch = tokenizer(src, return_tensors="pt", padding=True)
     with torch.inference_mode():
