@@ -159,8 +159,15 @@ def self_check(t: Translator, engine: Exported, split: str, n: int) -> CheckResu
     import sacrebleu
 
     from seq2seq.corpus import read_split
+    from seq2seq.data import DataError
 
-    pairs = read_split(t.cfg.data, split)[:n]
+    try:
+        pairs = read_split(t.cfg.data, split)[:n]
+    except DataError as err:
+        raise DataError(
+            f"{err} (the export's self-check reads split {split!r} of the checkpoint's data: "
+            "pass data_root=DIR or check_split=NAME, or check_lines=0 to skip the check)"
+        ) from err
     cap = t.cfg.data.max_len
     src = [s[:cap] for s in t.src_tok.encode_batch([p[0] for p in pairs])]
     refs = [r[:cap] for r in t.tgt_tok.encode_batch([p[1] for p in pairs])]

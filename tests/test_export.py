@@ -225,3 +225,11 @@ def test_export_cli(run: Path) -> None:
     )
     assert bad.returncode == 1 and "quantization applies to format=ctranslate2" in bad.stderr
     assert not (run / "q").exists()
+    nodata = subprocess.run(
+        [*args[:-1], f"out={run / 'n'}", f"data_root={run / 'nowhere'}"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert nodata.returncode == 1 and "or check_lines=0 to skip the check" in nodata.stderr
+    assert not (run / "n").exists() and not list(run.glob(".n.*"))  # no folder left behind
