@@ -107,15 +107,26 @@ class MarianModel:
 
     @torch.inference_mode()
     def logprobs(self, src: list[list[int]], tgt: list[list[int]]) -> list[list[float]]:
-        ids = pad_sources(src, 10**9, torch.device("cpu"))  # (B, S)
-        tgt_in = pad_sources([[BOS_ID, *t] for t in tgt], 10**9, torch.device("cpu"))[:, :-1]
+        ids, tgt_in = teacher_forced(src, tgt, torch.device("cpu"))
         logits = self.model(
             input_ids=ids, attention_mask=ids.ne(PAD_ID), decoder_input_ids=tgt_in
         ).logits  # (B, T, V)
-        lp = logits.float().log_softmax(-1)
-        return [
-            [float(lp[b, i, tok]) for i, tok in enumerate([*t, EOS_ID])] for b, t in enumerate(tgt)
-        ]
+        return target_logprobs(logits, tgt)
+
+
+def teacher_forced(
+    src: list[list[int]], tgt: list[list[int]], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Padded sources (each + EOS) and decoder inputs (BOS + target) for teacher forcing."""
+    ids = pad_sources(src, 10**9, device)  # (B, S)
+    tgt_in = pad_sources([[BOS_ID, *t] for t in tgt], 10**9, device)[:, :-1]  # (B, T)
+    return ids, tgt_in
+
+
+def target_logprobs(logits: torch.Tensor, tgt: list[list[int]]) -> list[list[float]]:
+    """Log-probabilities of each target token and its EOS, from logits (B, T, V)."""
+    lp = logits.float().log_softmax(-1)  # (B, T, V)
+    return [[float(lp[b, i, k]) for i, k in enumerate([*t, EOS_ID])] for b, t in enumerate(tgt)]
 
 
 @dataclass
@@ -134,12 +145,9 @@ class CheckResult:
 def our_logprobs(t: Translator, src: list[list[int]], tgt: list[list[int]]) -> list[list[float]]:
     """Our teacher-forced log-probabilities of each target token and its EOS."""
     model = t.single("seq2seq-export")
-    device = next(model.parameters()).device
-    src_t = pad_sources(src, 10**9, device)  # (B, S)
-    tgt_in = pad_sources([[BOS_ID, *x] for x in tgt], 10**9, device)[:, :-1]  # (B, T)
+    ids, tgt_in = teacher_forced(src, tgt, next(model.parameters()).device)
     with torch.inference_mode():
-        lp = model(src_t, tgt_in).float().log_softmax(-1)  # (B, T, V)
-    return [[float(lp[b, i, k]) for i, k in enumerate([*x, EOS_ID])] for b, x in enumerate(tgt)]
+        return target_logprobs(model(ids, tgt_in), tgt)  # logits (B, T, V)
 
 
 def greedy_by_limit(engine: Exported, src: list[list[int]], limits: list[int]) -> list[list[int]]:
