@@ -16,9 +16,14 @@ PAIR ?= en_de
 SWEEP_ENCODINGS ?= sinusoidal,learned,relative,t5_bias,alibi,rope,none,kerple,fire,alibi_directional,sin_enc_nope_dec
 SWEEP_SEEDS ?= 1,2,3
 SWEEP_ARGS ?= experiment=pos_sweep
+# make sweep-multi30k: every encoding x seed trained short on Multi30k, tested long (resumable)
+POS_M30K_DIR ?= multirun/pos_multi30k
+POS_M30K_SEEDS ?= 1,2
+POS_M30K_JOBS ?= 2
+POS_M30K_REPORT ?= docs/positional/multi30k
 LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)
 
-.PHONY: install prepare train resume translate evaluate export sweep data multi30k test test-full lint format bench clean
+.PHONY: install prepare train resume translate evaluate export sweep sweep-multi30k data multi30k test test-full lint format bench clean
 
 install:  ## virtualenv + CPU torch (no CUDA wheels without an NVIDIA driver) + seq2seq
 	bash scripts/install.sh
@@ -50,6 +55,13 @@ sweep:  ## Hydra multirun over positional encodings x seeds, then a comparison t
 	$(PY) -m seq2seq.train -m $(SWEEP_ARGS) pos_encoding=$(SWEEP_ENCODINGS) \
 		trainer.seed=$(SWEEP_SEEDS) trainer.progress=false $(ARGS)
 	$(PY) scripts/compare_runs.py --latest
+
+sweep-multi30k:  ## encodings x seeds on Multi30k, trained on sources <= 16 tokens, tested long; rerun to resume
+	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) scripts/sweep.py --dir $(POS_M30K_DIR) \
+		--encodings $(SWEEP_ENCODINGS) --seeds $(POS_M30K_SEEDS) --jobs $(POS_M30K_JOBS) \
+		-- experiment=pos_multi30k $(ARGS)
+	$(PY) scripts/compare_runs.py $(POS_M30K_DIR) --length-by tokens --baseline sinusoidal \
+		--curves --out $(POS_M30K_REPORT) --title "Positional encodings on Multi30k En-De, trained on sources of at most 16 tokens"
 
 data:  ## download Multi30k (needs network) into $(MULTI30K)
 	$(PY) scripts/download_multi30k.py --out $(MULTI30K)

@@ -94,6 +94,10 @@ class DataConfig:
     valid: str = "valid"  # validation split (loss, perplexity, greedy BLEU)
     test: list[str] = field(default_factory=lambda: ["test"])  # splits scored after training
     max_len: int = 256  # pairs with a side longer than this (in tokens) are dropped and counted
+    # length generalization: train only on the pairs whose source has at most this many tokens
+    # (0 = all). Validation and test splits stay whole; the test splits are then also scored
+    # together by source-token bucket, with a "long" split of every sentence over this length
+    train_max_src_len: int = 0
     # a seq2seq-prepare output to train from; unset: prepared on first use into cache_dir
     prepared: str | None = None
     cache_dir: str = ".cache/prepared"  # data prepared on first use, keyed by files and settings
@@ -381,6 +385,9 @@ def check_data(d: DataConfig, tok: TokenizerConfig) -> None:
     _require(all(w > 0 for w in d.weights), "data.weights", d.weights, "above 0 each")
     _require(d.max_len < 1 << 16, "data.max_len", d.max_len, f"below {1 << 16}")
     _require(d.workers >= 0, "data.workers", d.workers, "0 (one per core) or more")
+    _require(
+        d.train_max_src_len >= 0, "data.train_max_src_len", d.train_max_src_len, "0 (off) or more"
+    )
     _require(tok.sample_lines >= 1, "tokenizer.sample_lines", tok.sample_lines, "at least 1")
 
 

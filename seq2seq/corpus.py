@@ -61,7 +61,9 @@ def load_corpus(cfg: TrainConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
             raise PreparedError(f"rank 0 could not prepare the data: {error}")
     prepared = open_checked(path, data, tokenizers)
     toks = prepared.tokenizers
-    train = TrainData(prepared.train, data.weights, data.max_len, t.max_tokens, t.seed)
+    train = TrainData(
+        prepared.train, data.weights, data.max_len, t.max_tokens, t.seed, data.train_max_src_len
+    )
     log_filtered(prepared, train, data)
     evals = {}
     for name in dict.fromkeys([data.valid, *data.test]):
@@ -104,7 +106,7 @@ def corpus_from_splits(
     texts = (train.src_text, train.tgt_text, valid.src_text, valid.tgt_text)
     return Corpus(
         toks,
-        TrainData(arrays, [], data.max_len, t.max_tokens, t.seed),
+        TrainData(arrays, [], data.max_len, t.max_tokens, t.seed, data.train_max_src_len),
         evals,
         data_fingerprint(*texts),
     )
@@ -155,7 +157,10 @@ def log_filtered(prepared: Prepared, train: TrainData, data: DataConfig) -> None
                     f"{count} {label}{limit} (lines {format_lines(listed[reason], count)})"
                 )
         if over:
-            parts.append(f"{over} over data.max_len={data.max_len} tokens")
+            limit = f"data.max_len={data.max_len}"
+            if data.train_max_src_len:
+                limit += f" or a source over data.train_max_src_len={data.train_max_src_len}"
+            parts.append(f"{over} over {limit} tokens")
         removed = "; removed " + ", ".join(parts) if parts else ""
         log.info("%s: kept %d/%d pairs%s", name, entry["kept"] - over, entry["pairs"], removed)
 

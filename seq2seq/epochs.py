@@ -83,16 +83,20 @@ class TrainData:
         max_len: int,
         max_tokens: int,
         seed: int,
+        max_src_len: int = 0,
     ) -> None:
         """`corpora` by split name, drawn with `weights` (one each, or empty = 1); pairs with a
-        side over `max_len` tokens are left out; batches of at most `max_tokens` padded tokens
+        side over `max_len` tokens, or a source over `max_src_len` (when above 0), are left out
+        (data.train_max_src_len: length generalization); batches of at most `max_tokens` padded tokens
         (data.token_batches' budget); shuffled from `seed` and the epoch."""
         self.names, self.corpora = list(corpora), list(corpora.values())
         self.weights = weights or [1.0] * len(self.corpora)
         self.max_len, self.max_tokens, self.seed = max_len, max_tokens, seed
         self.base = np.cumsum([0] + [len(c) for c in self.corpora])  # (corpora + 1,)
+        src_cap = max_src_len or max_len  # groups: (width, tgt len, src len, start, count)
         self.groups = [
-            g[np.maximum(g[:, 1], g[:, 2]) <= max_len] for g in (c.groups for c in self.corpora)
+            g[(np.maximum(g[:, 1], g[:, 2]) <= max_len) & (g[:, 2] <= src_cap)]
+            for g in (c.groups for c in self.corpora)
         ]
         self.plan: EpochPlan | None = None
         self.lock = threading.Lock()
@@ -104,7 +108,7 @@ class TrainData:
         return int(sum(int(g[:, 4].sum()) for g in self.groups))
 
     def over_long(self) -> list[int]:
-        """Pairs of each corpus left out for a side over max_len."""
+        """Pairs of each corpus left out for a side over max_len (or a source over max_src_len)."""
         kept = [int(g[:, 4].sum()) for g in self.groups]
         return [len(c) - k for c, k in zip(self.corpora, kept, strict=True)]
 

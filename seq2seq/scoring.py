@@ -117,3 +117,53 @@ def format_by_length(rows: list[dict[str, object]], by: str) -> str:
     lines += [f"{r['bucket']:>14} {r['n']:>6} {r['bleu']:>7.2f} {r['chrf']:>7.2f}" for r in rows]
     lines.append(f"BLEU {BUCKET_BLEU.get_signature()}  chrF {BUCKET_CHRF.get_signature()}")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- trained short
+
+
+def token_buckets(max_src_len: int) -> list[tuple[int, int]]:
+    """Source-token buckets around a training cap L (data.train_max_src_len): halves of L up to
+    2L, then one open bucket; L=16 gives 1-8, 9-16, 17-24, 25-32, 33+."""
+    half = max(1, max_src_len // 2)
+    edges = list(range(half, 2 * max_src_len + 1, half))
+    if edges[-1] != 2 * max_src_len:
+        edges.append(2 * max_src_len)
+    buckets, lo = [], 1
+    for hi in edges:
+        buckets.append((lo, hi))
+        lo = hi + 1
+    return buckets
+
+
+def token_bucket(n: int, buckets: list[tuple[int, int]]) -> str:
+    """The label of the bucket holding a source of `n` tokens ("lo-hi", or "lo+" past the last)."""
+    for lo, hi in buckets:
+        if n <= hi:
+            return f"{lo}-{hi}"
+    return f"{buckets[-1][1] + 1}+"
+
+
+def length_generalization(
+    src_lens: list[int], hyps: list[str], refs: list[str], max_src_len: int
+) -> dict[str, object]:
+    """Scores of a model trained on sources of at most `max_src_len` tokens, on test sentences
+    of every length: {"all", "long": sources over the cap, "buckets": by source tokens}, each
+    {n, bleu, chrf} (bucket BLEU and chrF: effective order, as scores_by_length)."""
+    buckets = token_buckets(max_src_len)
+    groups: dict[str, list[int]] = {}
+    for i, n in enumerate(src_lens):
+        groups.setdefault(token_bucket(n, buckets), []).append(i)
+
+    def cell(idx: list[int]) -> dict[str, object]:
+        bleu, chrf = bucket_scores([hyps[i] for i in idx], [refs[i] for i in idx])
+        return {"n": len(idx), "bleu": bleu, "chrf": chrf}
+
+    long = [i for i, n in enumerate(src_lens) if n > max_src_len]
+    return {
+        "max_src_len": max_src_len,
+        "unit": "source tokens (the run's tokenizer, EOS not counted)",
+        "all": cell(list(range(len(hyps)))),
+        "long": cell(long) if long else {"n": 0, "bleu": None, "chrf": None},
+        "buckets": {b: cell(groups[b]) for b in sorted(groups, key=bucket_key)},
+    }

@@ -142,6 +142,10 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
         average, sources = average_last(trainer.ckpt_dir, trainer.cfg.trainer.average_last)
         summary["test_average"] = trainer.test(average, ".average")
         summary["averaged"] = [p.name for p in sources]
+    if trainer.length_scores:  # data.train_max_src_len: every test split by source tokens
+        summary["length"] = trainer.length_scores.get("")
+        if ".average" in trainer.length_scores:
+            summary["length_average"] = trainer.length_scores[".average"]
     return {
         **summary,
         "best_valid_bleu": s.best_valid.get("bleu"),  # of best.pt's validation

@@ -61,7 +61,7 @@ from seq2seq.metrics import (
 from seq2seq.model import EncoderDecoder
 from seq2seq.precision import no_trace, resolve, time_precisions
 from seq2seq.resume import Resume, ResumeError
-from seq2seq.scoring import format_scores, score
+from seq2seq.scoring import format_scores, length_generalization, score
 from seq2seq.search import translate_ids
 from seq2seq.steplog import LOG_NAME, StepLog
 from seq2seq.tokenizer import PAD_ID
@@ -109,6 +109,7 @@ class Trainer:
         self.ckpt_dir = run_dir / "checkpoints"
         self.saved: tuple[Path, int] | None = None  # the newest checkpoint written, and its step
         self._batches: tuple[int, list[BatchRef]] = (-1, [])
+        self.length_scores: dict[str, dict[str, object]] = {}  # test()'s, by tag (trained short)
         if resume is not None:
             self.restore(*resume)  # last: it sets the random generators
         self.wrap_model()
@@ -475,18 +476,28 @@ class Trainer:
         self.saved = (self.ckpt_dir / "last.pt", self.state.step)
 
     def test(self, path: Path, tag: str = "") -> dict[str, dict[str, object]]:
-        """Score checkpoint `path` on every test split with cfg.decode; writes {split}{tag}.hyp."""
+        """Score checkpoint `path` on every test split with cfg.decode; writes {split}{tag}.hyp.
+        With data.train_max_src_len, "length" holds the test splits' scores together by
+        source-token bucket and on the long split (scoring.length_generalization)."""
         load_model_state(self.model, load_checkpoint(path, self.device)["model"], path)
-        results = {}
+        results: dict[str, dict[str, object]] = {}
+        lens, hyps, refs = [], [], []  # over every test split, for "length"
         for name in self.cfg.data.test:
             data = self.splits[name]
-            hyps = translate_ids(self.model, data.src_ids, self.cfg.decode, self.cfg.data.max_len)
-            texts = [self.tgt_tok.decode(h[0].tokens) for h in hyps]
+            out = translate_ids(self.model, data.src_ids, self.cfg.decode, self.cfg.data.max_len)
+            texts = [self.tgt_tok.decode(h[0].tokens) for h in out]
             (self.run_dir / f"{name}{tag}.hyp").write_text("".join(t + "\n" for t in texts))
             results[name] = score(texts, data.tgt_text, lowercase=True)
             board = "test" if not tag else f"test{tag.replace('.', '_')}"
             self.writer.add_scalar(f"{board}/{name}_bleu", results[name]["bleu"], self.state.step)
             log.info("\n%s", format_scores(f"{name} [{path.name}]", results[name]))
+            lens += [len(ids) for ids in data.src_ids]
+            hyps, refs = hyps + texts, refs + data.tgt_text
+        cap = self.cfg.data.train_max_src_len
+        if cap and hyps:
+            scores = length_generalization(lens, hyps, refs, cap)
+            self.length_scores[tag] = {"splits": list(self.cfg.data.test), **scores}
+            log.info("by source tokens [%s]: %s", path.name, self.length_scores[tag])
         return results
 
     def close(self) -> None:
