@@ -3,7 +3,7 @@
 Usage:
     python scripts/compare_runs.py --latest
     python scripts/compare_runs.py SWEEP_DIR [SWEEP_DIR ...] [--out DIR]
-        [--length-by words|items] [--title TEXT]
+        [--length-by words|items|tokens] [--baseline ENCODING] [--curves] [--title TEXT]
 
 A sweep folder holds one folder per job (`<num>_<overrides>/`, written by `seq2seq-train -m`).
 Each finished job has `results.json` and one `{split}.hyp` per test split; this script re-scores
@@ -14,6 +14,13 @@ results.json are reported, not skipped.
 BLEU is training's corpus BLEU (13a, cased) with sacreBLEU's `effective_order`: the same number
 whenever the references hold 4-grams, but not 0 by definition for a bucket of references shorter
 than 4 tokens (one or two numbers of the numbers data).
+
+`--length-by tokens` is for runs trained short (data.train_max_src_len, make sweep-multi30k): their
+results.json holds the test splits scored together by source-token bucket and on the "long" split
+(sources over the cap), computed by training with the run's own tokenizer; the report reads those
+and the whole test splits' scores. `--baseline` compares every encoding with that one (Welch t)
+instead of with the best. `--curves` adds validation BLEU by step (train_log.jsonl) as a table
+and valid_bleu_by_step.png, and each run's wall time.
 
 Outputs (into --out, default the first sweep folder): comparison.csv (long format, one row per
 encoding, seed, split and bucket), comparison.md (also printed) and bleu_by_length.png.
@@ -30,6 +37,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from sweep_curves import curve_lines, plot_curves, read_curves, runs_lines  # noqa: E402
 from sweep_report import (  # noqa: E402
     Job,
     Row,
@@ -189,6 +197,25 @@ def score_job(job: Job, by: str, read: Reader) -> tuple[list[Row], list[str]]:
     return rows, notes
 
 
+def length_rows(job: Job) -> tuple[list[Row], list[str]]:
+    """Rows of a run trained short (--length-by tokens): its results.json's "length" block (the
+    test splits together, by source-token bucket, and the long split) and each whole test split."""
+    res = job.results or {}
+    length = res.get("length")
+    if not isinstance(length, dict):
+        return [], [
+            f'`{job.run}`: results.json has no "length" (not trained with data.train_max_src_len)'
+        ]
+    cap, joint = length["max_src_len"], " + ".join(length["splits"])
+    long = length["long"]
+    rows = [_row(job, f"long (> {cap} tokens)", "all", long["n"], long["bleu"], long["chrf"])]
+    every = [("all", length["all"]), *length["buckets"].items()]
+    rows += [_row(job, joint, b, c["n"], c["bleu"], c["chrf"]) for b, c in every]
+    for split, t in (res.get("test") or {}).items():
+        rows.append(_row(job, split, "all", t.get("n", 0), t["bleu"], t["chrf"]))
+    return rows, []
+
+
 def cached_reader() -> Reader:
     """read_split, memoized per (root, languages, split): every job of a sweep shares the data."""
     cache: dict[tuple, list[tuple[str, str]]] = {}
@@ -218,9 +245,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="output folder (default: the first sweep)")
     parser.add_argument(
         "--length-by",
-        choices=["words", "items"],
+        choices=["words", "items", "tokens"],
         default="words",
-        help="bucket by source words (1-10, ..., 41+) or comma-separated items",
+        help="bucket by source words (1-10, ..., 41+), comma-separated items, or read the "
+        "source-token buckets of runs trained short (results.json's length)",
+    )
+    parser.add_argument(
+        "--baseline", help="compare each encoding with this one (default: the best)"
+    )
+    parser.add_argument(
+        "--curves", action="store_true", help="add validation BLEU by step and wall times"
     )
     parser.add_argument("--title", help="title of the report and the plot")
     return parser.parse_args(argv)
@@ -253,7 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     rows, notes, read = [], [], cached_reader()
     for job in done:
-        job_rows, job_notes = score_job(job, args.length_by, read)
+        if args.length_by == "tokens":
+            job_rows, job_notes = length_rows(job)
+        else:
+            job_rows, job_notes = score_job(job, args.length_by, read)
         rows += job_rows
         notes += job_notes
     if not rows:
@@ -262,8 +299,13 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or sweeps[0]
     out.mkdir(parents=True, exist_ok=True)
     title = args.title or f"Positional encodings: {', '.join(s.name for s in sweeps)}"
-    report = render_markdown(title, rows, jobs, notes, args.length_by)
+    report = render_markdown(title, rows, jobs, notes, args.length_by, args.baseline)
     paths = [out / "comparison.csv", out / "comparison.md", out / "bleu_by_length.png"]
+    if args.curves:
+        curves = read_curves(done)
+        report += "\n" + "\n".join([*curve_lines(curves), "", *runs_lines(jobs)]) + "\n"
+        paths.append(out / "valid_bleu_by_step.png")
+        plot_curves(curves, paths[-1], title)
     write_csv(rows, paths[0])
     paths[1].write_text(report, encoding="utf-8")
     plot_bleu_by_length(rows, paths[2], title, args.length_by)

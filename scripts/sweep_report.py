@@ -15,6 +15,7 @@ from seq2seq.scoring import BUCKET_BLEU as BLEU
 from seq2seq.scoring import BUCKET_CHRF as CHRF
 from seq2seq.scoring import bucket_key
 
+UNITS = {"words": "words", "items": "comma-separated items", "tokens": "source tokens"}
 NOISE_T = 2.0  # |Welch t| above this counts as a difference beyond seed noise
 DASH = "–"
 
@@ -170,16 +171,19 @@ def bucket_table(rows: list[Row], labels: list[str], split: str) -> list[str]:
     return md_table(header, body, align="r")
 
 
-def noise_verdict(best: list[float], other: list[float]) -> tuple[str, str]:
-    """(Welch t, verdict) of an encoding's BLEU against the best one's."""
-    t = welch_t(other, best)
+def noise_verdict(ref: list[float], other: list[float]) -> tuple[str, str]:
+    """(Welch t, verdict) of an encoding's BLEU against the reference encoding's."""
+    t = welch_t(other, ref)
     if t is None:
         return DASH, "n/a (one seed: noise unknown)"
     return f"{t:.2f}", ("yes" if abs(t) > NOISE_T else "no (within seed noise)")
 
 
-def noise_section(rows: list[Row], labels: list[str], split: str) -> list[str]:
-    """Best encoding of a split and, for each other one, its BLEU gap and the noise verdict."""
+def noise_section(
+    rows: list[Row], labels: list[str], split: str, baseline: str | None = None
+) -> list[str]:
+    """Best encoding of a split and, for each other one, its BLEU gap to the baseline (or, with
+    none given or absent, to the best) and the noise verdict."""
     by_mean = sorted(
         labels, key=lambda lab: -statistics.fmean(cell(rows, lab, split, "all") or [-1])
     )
@@ -191,15 +195,19 @@ def noise_section(rows: list[Row], labels: list[str], split: str) -> list[str]:
     ]
     if len(by_mean) == 1:
         return [*lines, "Only one encoding: nothing to compare."]
+    ref_label = baseline if baseline in by_mean else by_mean[0]
+    ref = cell(rows, ref_label, split, "all")
     body = []
-    for lab in by_mean[1:]:
+    for lab in by_mean:
+        if lab == ref_label:
+            continue
         values = cell(rows, lab, split, "all")
-        gap = statistics.fmean(values) - statistics.fmean(best) if values else math.nan
-        body.append([lab, fmt_mean_std(values), f"{gap:+.2f}", *noise_verdict(best, values)])
+        gap = statistics.fmean(values) - statistics.fmean(ref) if values and ref else math.nan
+        body.append([lab, fmt_mean_std(values), f"{gap:+.2f}", *noise_verdict(ref, values)])
     header = [
         "Encoding",
         "BLEU",
-        f"Δ vs {by_mean[0]}",
+        f"Δ vs {ref_label}",
         "Welch t",
         "Beyond seed noise",
     ]
@@ -223,13 +231,19 @@ def noise_intro(rows: list[Row]) -> list[str]:
     ]
 
 
-def signature_lines(jobs: list[Job]) -> list[str]:
+def signature_lines(jobs: list[Job], by: str = "words") -> list[str]:
     """The sacreBLEU signatures used here, and training-time ones when they differ."""
     BLEU.corpus_score(["x"], [["x"]])  # a signature needs a scored corpus
     CHRF.corpus_score(["x"], [["x"]])
     now = {"bleu": str(BLEU.get_signature()), "chrf": str(CHRF.get_signature())}
+    where = (
+        "Bucket and long-split scores computed by each run at the end of training "
+        "(results.json's `length`)"
+        if by == "tokens"
+        else "Scores re-computed from the `.hyp` files"
+    )
     lines = [
-        f"Scores re-computed from the `.hyp` files with sacreBLEU: BLEU `{now['bleu']}`, "
+        f"{where} with sacreBLEU: BLEU `{now['bleu']}`, "
         f"chrF `{now['chrf']}`. BLEU uses the effective n-gram order (`eff:yes`): it equals "
         "standard corpus BLEU when the references hold 4-grams, and is not 0 by definition "
         "for buckets of references shorter than 4 tokens."
@@ -267,12 +281,20 @@ def failed_lines(jobs: list[Job]) -> list[str]:
     return [f"- `{j.run}` ({j.label}, seed {j.seed}): {j.problem}" for j in failed]
 
 
-def render_markdown(title: str, rows: list[Row], jobs: list[Job], notes: list[str], by: str) -> str:
-    """The whole report: main table, per-length tables, seed noise, failures, signatures."""
+def render_markdown(
+    title: str,
+    rows: list[Row],
+    jobs: list[Job],
+    notes: list[str],
+    by: str,
+    baseline: str | None = None,
+) -> str:
+    """The whole report: main table, per-length tables, seed noise (against `baseline` when
+    given), failures, signatures."""
     splits = ordered(r.split for r in rows)
     labels = rank_encodings(rows, splits)
     n_done = sum(j.problem is None for j in jobs)
-    unit = "comma-separated items" if by == "items" else "words"
+    unit = UNITS[by]
     out = [
         f"# {title}",
         "",
@@ -289,14 +311,15 @@ def render_markdown(title: str, rows: list[Row], jobs: list[Job], notes: list[st
         "",
     ]
     for split in splits:
-        out += [f"### {split}", "", *bucket_table(rows, labels, split), ""]
+        if split_buckets(rows, split):  # splits scored whole only get no table
+            out += [f"### {split}", "", *bucket_table(rows, labels, split), ""]
     out += ["## Seed noise", "", *noise_intro(rows), ""]
     for split in splits:
-        out += [*noise_section(rows, labels, split), ""]
+        out += [*noise_section(rows, labels, split, baseline), ""]
     out += ["## Failed or unfinished jobs", "", *failed_lines(jobs), ""]
     if notes:
         out += ["## Notes", "", *(f"- {n}" for n in notes), ""]
-    out += ["## sacreBLEU", "", *signature_lines(jobs)]
+    out += ["## sacreBLEU", "", *signature_lines(jobs, by)]
     return "\n".join(out) + "\n"
 
 
@@ -319,8 +342,10 @@ def plot_bleu_by_length(rows: list[Row], path: Path, title: str, by: str) -> Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    splits = ordered(r.split for r in rows)
-    labels = rank_encodings(rows, splits)
+    labels = rank_encodings(rows, ordered(r.split for r in rows))
+    splits = [s for s in ordered(r.split for r in rows) if split_buckets(rows, s)]
+    if not splits:
+        return
     fig, axes = plt.subplots(
         1, len(splits), figsize=(5.5 * len(splits), 4.2), squeeze=False, sharey=True
     )
@@ -342,7 +367,7 @@ def plot_bleu_by_length(rows: list[Row], path: Path, title: str, by: str) -> Non
             )
         ax.set_xticks(range(len(buckets)), buckets)
         ax.set_title(split)
-        ax.set_xlabel(f"source length ({'items' if by == 'items' else 'words'})")
+        ax.set_xlabel(f"source length ({UNITS[by]})")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("BLEU (mean ± std over seeds)")
     axes[0][-1].legend(

@@ -86,8 +86,8 @@ class TrainData:
         max_src_len: int = 0,
     ) -> None:
         """`corpora` by split name, drawn with `weights` (one each, or empty = 1); pairs with a
-        side over `max_len` tokens, or a source over `max_src_len` (when above 0), are left out
-        (data.train_max_src_len: length generalization); batches of at most `max_tokens` padded tokens
+        side over `max_len` tokens, or a source over `max_src_len` (when above 0;
+        data.train_max_src_len) are left out; batches of at most `max_tokens` padded tokens
         (data.token_batches' budget); shuffled from `seed` and the epoch."""
         self.names, self.corpora = list(corpora), list(corpora.values())
         self.weights = weights or [1.0] * len(self.corpora)

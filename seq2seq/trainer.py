@@ -481,7 +481,9 @@ class Trainer:
         source-token bucket and on the long split (scoring.length_generalization)."""
         load_model_state(self.model, load_checkpoint(path, self.device)["model"], path)
         results: dict[str, dict[str, object]] = {}
-        lens, hyps, refs = [], [], []  # over every test split, for "length"
+        lens: list[int] = []  # source lengths, hypotheses, references over every test split
+        hyps: list[str] = []
+        refs: list[str] = []
         for name in self.cfg.data.test:
             data = self.splits[name]
             out = translate_ids(self.model, data.src_ids, self.cfg.decode, self.cfg.data.max_len)

@@ -321,3 +321,70 @@ def test_cli_fails_on_an_empty_folder(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "no finished job" in proc.stderr
     assert not (tmp_path / "comparison.md").exists()
+
+
+# ----------------------------------------------------------------------------- trained short
+
+
+def make_short_job(sweep: Path, pos: str, seed: int, long_bleu: float, curve: list) -> None:
+    """A finished run of make sweep-multi30k: results.json with a "length" block, a curve."""
+    path = sweep / f"{pos}_seed{seed}"
+    (path / ".hydra").mkdir(parents=True)
+    cfg = {"pos_encoding": {"kind": pos}, "trainer": {"seed": seed}, "data": {"test": ["a"]}}
+    (path / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
+    cell = lambda bleu: {"n": 5, "bleu": bleu, "chrf": 2 * bleu}  # noqa: E731
+    length = {
+        "splits": ["a", "b"],
+        "max_src_len": 16,
+        "all": cell(30.0),
+        "long": cell(long_bleu),
+        "buckets": {"1-8": cell(40.0), "17-24": cell(long_bleu)},
+    }
+    res = {"test": {"a": cell(31.0), "b": cell(29.0)}, "length": length, "steps": 100}
+    res |= {"minutes": 2.0, "train_minutes": 1.5, "precision": "bf16", "resumed_from": None}
+    (path / "results.json").write_text(json.dumps(res))
+    logs = [{"type": "valid", "step": s, "bleu": b} for s, b in curve]
+    (path / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logs))
+
+
+def test_tokens_mode_compares_with_the_baseline(tmp_path: Path) -> None:
+    """Long-split BLEU sinusoidal 10, 12 and rope 20, 22: Δ +10.00, Welch t = 10 / sqrt(2/2 +
+    2/2) = 7.07 against the baseline, not against the best (rope)."""
+    sweep = tmp_path / "sweep"
+    make_short_job(sweep, "sinusoidal", 1, 10.0, [(50, 5.0), (100, 9.0)])
+    make_short_job(sweep, "sinusoidal", 2, 12.0, [(50, 7.0), (100, 11.0)])
+    make_short_job(sweep, "rope", 1, 20.0, [(50, 6.0), (100, 12.0)])
+    make_short_job(sweep, "rope", 2, 22.0, [(50, 6.0), (100, 14.0)])
+    out = tmp_path / "out"
+    args = [str(sweep), "--out", str(out), "--length-by", "tokens"]
+    assert cr.main([*args, "--baseline", "sinusoidal", "--curves"]) == 0
+    md = (out / "comparison.md").read_text()
+    long_part = md[md.index("**long (> 16 tokens)**") :]
+    assert md_row(long_part, "rope", "Δ vs sinusoidal") == [
+        "rope",
+        "21.00 ± 1.41",
+        "+10.00",
+        "7.07",
+        "yes",
+    ]
+    assert md_row(md, "rope")[:4] == ["rope", "21.00 ± 1.41", "30.00 ± 0.00", "31.00 ± 0.00"]
+    assert md_row(md, "sinusoidal", "### a + b")[1:] == ["40.00 ± 0.00", "11.00 ± 1.41"]
+    assert md_row(md, "rope", "## Learning curves")[1:] == ["6.0 ± 0.0", "13.0 ± 1.4"]
+    assert md_row(md, "sinusoidal", "## Learning curves")[1:] == ["6.0 ± 1.4", "10.0 ± 1.4"]
+    assert "summed: 8.0 min" in md
+    assert md_row(md, "rope", "## Runs") == ["rope", "1", "100", "bf16", "1.5", "2.0", "no"]
+    assert cr.main(args) == 0  # without a baseline the best (rope) is the reference
+    plain = (out / "comparison.md").read_text()
+    assert "Δ vs rope" in plain and "Δ vs sinusoidal" not in plain
+
+
+def test_tokens_mode_notes_a_run_without_length_results(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    make_short_job(sweep, "sinusoidal", 1, 10.0, [])
+    make_short_job(sweep, "rope", 1, 20.0, [])
+    res = json.loads((sweep / "rope_seed1" / "results.json").read_text())
+    del res["length"]
+    (sweep / "rope_seed1" / "results.json").write_text(json.dumps(res))
+    assert cr.main([str(sweep), "--out", str(tmp_path / "o"), "--length-by", "tokens"]) == 0
+    md = (tmp_path / "o" / "comparison.md").read_text()
+    assert "not trained with data.train_max_src_len" in md

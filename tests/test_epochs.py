@@ -133,3 +133,17 @@ def test_prefetched_batches_are_the_batches() -> None:
         assert got.tgt_in.equal(want.tgt_in) and got.tgt_out.equal(want.tgt_out)
     assert not data.pending
     data.close()
+
+
+def test_max_src_len_leaves_out_long_sources_only() -> None:
+    """data.train_max_src_len: pairs whose source is over the cap are never drawn; long targets
+    of short sources stay; the left-out pairs are counted."""
+    src, tgt = random_pairs(random.Random(3), 400)
+    arrays = {"a": CorpusArrays.from_ids(src, tgt)}
+    data = TrainData(arrays, [], 64, 300, seed=1, max_src_len=5)
+    drawn = sorted(i for r in data.epoch_batches(0) for i in data.collate(r).index.tolist())
+    assert drawn == [i for i, s in enumerate(src) if len(s) <= 5]
+    assert any(len(tgt[i]) > 5 for i in drawn)  # targets are not capped
+    assert len(data) == len(drawn) and data.over_long() == [len(src) - len(drawn)]
+    everything = TrainData(arrays, [], 64, 300, seed=1)  # 0 = no cap
+    assert len(everything) == len(src)

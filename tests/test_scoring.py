@@ -10,9 +10,12 @@ from seq2seq.scoring import (
     format_by_length,
     format_scores,
     length_bucket,
+    length_generalization,
     length_groups,
     score,
     scores_by_length,
+    token_bucket,
+    token_buckets,
 )
 
 SRCS = ["one", "two, three", "four", "five, six, seven", "eight, nine"]
@@ -61,3 +64,42 @@ def test_scores_by_length_cover_the_corpus_and_match_sacrebleu_on_each_subset() 
     assert rows[1]["bleu"] == 100.0 and float(rows[2]["bleu"]) < 100.0  # type: ignore[arg-type]
     table = format_by_length(rows, "items")
     assert "eff:yes" in table and len(table.splitlines()) == len(rows) + 2
+
+
+def test_token_buckets_halve_the_cap_up_to_twice_it() -> None:
+    assert token_buckets(16) == [(1, 8), (9, 16), (17, 24), (25, 32)]
+    assert token_buckets(5) == [(1, 2), (3, 4), (5, 6), (7, 8), (9, 10)]
+    assert token_buckets(1) == [(1, 1), (2, 2)]
+    buckets = token_buckets(16)
+    assert [token_bucket(n, buckets) for n in (1, 8, 9, 16, 17, 32, 33, 90)] == [
+        "1-8",
+        "1-8",
+        "9-16",
+        "9-16",
+        "17-24",
+        "25-32",
+        "33+",
+        "33+",
+    ]
+
+
+def test_length_generalization_splits_by_the_cap() -> None:
+    """The long split holds exactly the sources over the cap; buckets partition the set; a
+    perfect copy scores 100 everywhere and a wrong long half pulls only long scores down."""
+    lens = [3, 8, 9, 16, 17, 20, 40]
+    refs = [f"das ist satz nummer {i} und er ist gut" for i in range(len(lens))]
+    perfect = length_generalization(lens, refs, refs, 16)
+    assert perfect["max_src_len"] == 16 and perfect["all"]["n"] == len(lens)
+    assert perfect["long"]["n"] == 3 and perfect["long"]["bleu"] == 100.0
+    assert {b: c["n"] for b, c in perfect["buckets"].items()} == {
+        "1-8": 2,
+        "9-16": 2,
+        "17-24": 2,
+        "33+": 1,
+    }
+    hyps = [r if n <= 16 else "völlig falsch" for n, r in zip(lens, refs, strict=True)]
+    broken = length_generalization(lens, hyps, refs, 16)
+    assert broken["buckets"]["9-16"]["bleu"] == 100.0
+    assert broken["long"]["bleu"] < 5 and broken["all"]["bleu"] < 100
+    none_long = length_generalization([1, 2], refs[:2], refs[:2], 16)
+    assert none_long["long"] == {"n": 0, "bleu": None, "chrf": None}
