@@ -14,8 +14,8 @@ that a stopped sweep already compares every encoding once.
 thread train ~1.3x more steps per minute than one run of two threads for the Multi30k model;
 docs/POSITIONAL_ENCODINGS.md). A run's wall time is in its results.json ("minutes", and
 "train_minutes" of its last start); this script adds sweep.json: per run its state and the wall
-time of this invocation. A failed run is reported at the end and makes the exit status 1; the
-others still run. Compare them with scripts/compare_runs.py.
+time of this invocation, and the invocation's wall time. A failed run is reported at the end and
+makes the exit status 1; the others still run. Compare them with scripts/compare_runs.py.
 """
 
 from __future__ import annotations
@@ -80,11 +80,13 @@ def execute(run: Run, overrides: list[str], threads: int) -> Run:
     return run
 
 
-def write_record(folder: Path, runs: list[Run], jobs: int, threads: int) -> None:
-    """sweep.json: this invocation's settings and each run's state and wall time."""
+def write_record(folder: Path, runs: list[Run], jobs: int, threads: int, start: float) -> None:
+    """sweep.json: this invocation's settings, wall time so far, each run's state and time."""
     record = {
         "jobs": jobs,
         "threads_per_run": threads,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)),
+        "wall_minutes": (time.time() - start) / 60,
         "runs": [{**asdict(r), "folder": str(r.folder)} for r in runs],
     }
     tmp = folder / ".sweep.json.tmp"
@@ -108,6 +110,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run every unfinished run; 0 when all are finished, 1 when one failed."""
     args = parse_args(argv)
+    start = time.time()
     encodings = [e for e in args.encodings.split(",") if e]
     seeds = [int(s) for s in args.seeds.split(",") if s]
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -121,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for _ in pool.map(lambda r: execute(r, args.overrides, threads), todo):
-            write_record(args.dir, runs, args.jobs, threads)
-    write_record(args.dir, runs, args.jobs, threads)
+            write_record(args.dir, runs, args.jobs, threads, start)
+    write_record(args.dir, runs, args.jobs, threads, start)
+    print(f"sweep: this invocation took {(time.time() - start) / 60:.1f} min", flush=True)
     failed = [r for r in runs if r.state == "failed"]
     for run in failed:
         print(f"sweep: FAILED {run.folder} (exit {run.returncode}): see its sweep.log")
