@@ -62,6 +62,8 @@ sweep-multi30k:  ## encodings x seeds on Multi30k, trained on sources <= 16 toke
 		-- experiment=pos_multi30k $(ARGS)
 	$(PY) scripts/compare_runs.py $(POS_M30K_DIR) --length-by tokens --baseline sinusoidal \
 		--curves --out $(POS_M30K_REPORT) --title "Positional encodings on Multi30k En-De, trained on sources of at most 16 tokens"
+	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) scripts/attention_long.py --sweep $(POS_M30K_DIR) \
+		--report $(POS_M30K_REPORT)/comparison.csv --png $(POS_M30K_REPORT)/attention_long.png
 
 data:  ## download Multi30k (needs network) into $(MULTI30K)
 	$(PY) scripts/download_multi30k.py --out $(MULTI30K)

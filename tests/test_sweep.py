@@ -115,3 +115,19 @@ def test_compare_runs_reads_the_length_results(swept: Path, tmp_path: Path) -> N
     assert f"**long (> {CAP} tokens)**" in md and "Δ vs sinusoidal" in md
     assert "## Learning curves" in md and "## Runs" in md
     assert (tmp_path / "valid_bleu_by_step.png").stat().st_size > 0
+
+
+def test_attention_pictures_of_the_best_and_the_worst(swept: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report"
+    script = REPO / "scripts" / "compare_runs.py"
+    cmd = [sys.executable, str(script), str(swept / "sweep"), "--length-by", "tokens"]
+    assert subprocess.run([*cmd, "--out", str(report)], capture_output=True).returncode == 0
+    png = tmp_path / "attention.png"
+    cmd = [sys.executable, str(REPO / "scripts" / "attention_long.py"), "--sweep"]
+    cmd += [str(swept / "sweep"), "--report", str(report / "comparison.csv"), "--png", str(png)]
+    proc = subprocess.run([*cmd, "--min-tokens", "3"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ranked = [line.split(":")[1].split("(")[0].strip() for line in proc.stdout.splitlines()[:2]]
+    assert proc.stdout.startswith("best: ") and sorted(ranked) == ["rope", "sinusoidal"]
+    assert png.stat().st_size > 0
+    assert list((swept / "sweep" / "attention_tb").glob("events.out.tfevents.*"))
