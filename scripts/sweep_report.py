@@ -156,8 +156,8 @@ def main_table(rows: list[Row], labels: list[str], splits: list[str]) -> list[st
     return md_table(header, body, align="r")
 
 
-def bucket_table(rows: list[Row], labels: list[str], split: str) -> list[str]:
-    """BLEU (mean ± std over seeds) of one split: rows encodings, columns length buckets."""
+def bucket_table(rows: list[Row], labels: list[str], split: str, metric: str = "bleu") -> list[str]:
+    """BLEU or chrF (mean ± std over seeds) of one split: rows encodings, columns buckets."""
     buckets = split_buckets(rows, split)
     if not buckets:
         return ["No per-length scores (hypotheses or references could not be read)."]
@@ -167,7 +167,9 @@ def bucket_table(rows: list[Row], labels: list[str], split: str) -> list[str]:
             sizes.setdefault(r.bucket, set()).add(r.n_sentences)
     n = {b: "–".join(str(k) for k in sorted({min(sizes[b]), max(sizes[b])})) for b in buckets}
     header = ["Encoding", *(f"{b} (n={n[b]})" for b in buckets)]
-    body = [[lab, *(fmt_mean_std(cell(rows, lab, split, b)) for b in buckets)] for lab in labels]
+    body = [
+        [lab, *(fmt_mean_std(cell(rows, lab, split, b, metric)) for b in buckets)] for lab in labels
+    ]
     return md_table(header, body, align="r")
 
 
@@ -307,12 +309,13 @@ def render_markdown(
         "",
         *main_table(rows, labels, splits),
         "",
-        f"## BLEU by source length ({unit})",
-        "",
     ]
-    for split in splits:
-        if split_buckets(rows, split):  # splits scored whole only get no table
-            out += [f"### {split}", "", *bucket_table(rows, labels, split), ""]
+    for metric, name in (("bleu", "BLEU"), ("chrf", "chrF")):
+        out += [f"## {name} by source length ({unit})", ""]
+        for split in splits:
+            if split_buckets(rows, split):  # splits scored whole only get no table
+                table = bucket_table(rows, labels, split, metric)
+                out += [f"### {split} ({name})", "", *table, ""]
     out += ["## Seed noise", "", *noise_intro(rows), ""]
     for split in splits:
         out += [*noise_section(rows, labels, split, baseline), ""]

@@ -236,7 +236,7 @@ def test_markdown_bucket_tables(report: dict) -> None:
     section = md[md.index("### test_long") :]
     assert "| Encoding | 5 (n=2) | 6 (n=2) | 7 (n=2) | 8 (n=2) |" in section
     assert md_row(md, "rope", "### test_long") == ["rope", *["100.00 ± 0.00"] * 4]
-    assert md_row(md, "sinusoidal", "### test\n")[1] == "0.00 ± 0.00"  # bucket "1"
+    assert md_row(md, "sinusoidal", "### test (BLEU)")[1] == "0.00 ± 0.00"  # bucket "1"
 
 
 def test_seed_noise_verdicts(report: dict) -> None:
@@ -368,7 +368,8 @@ def test_tokens_mode_compares_with_the_baseline(tmp_path: Path) -> None:
         "yes",
     ]
     assert md_row(md, "rope")[:4] == ["rope", "21.00 ± 1.41", "30.00 ± 0.00", "31.00 ± 0.00"]
-    assert md_row(md, "sinusoidal", "### a + b")[1:] == ["40.00 ± 0.00", "11.00 ± 1.41"]
+    assert md_row(md, "sinusoidal", "### a + b (BLEU)")[1:] == ["40.00 ± 0.00", "11.00 ± 1.41"]
+    assert md_row(md, "sinusoidal", "### a + b (chrF)")[1:] == ["80.00 ± 0.00", "22.00 ± 2.83"]
     assert md_row(md, "rope", "## Learning curves")[1:] == ["6.0 ± 0.0", "13.0 ± 1.4"]
     assert md_row(md, "sinusoidal", "## Learning curves")[1:] == ["6.0 ± 1.4", "10.0 ± 1.4"]
     assert "summed: 8.0 min" in md
