@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from sweep_report import DASH, Job, fmt_mean_std, md_table, mean_std, ordered
+from sweep_report import DASH, Job, distinct_styles, fmt_mean_std, md_table, mean_std, ordered
 
 # encoding label -> run -> [(step, validation BLEU)]
 Curves = dict[str, dict[str, list[tuple[int, float]]]]
@@ -100,13 +100,14 @@ def plot_curves(curves: Curves, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    distinct_styles(ax, len(curves))
     for label in ordered(curves):
         steps = sorted({s for pts in curves[label].values() for s, _ in pts})
         stats = [mean_std(at_step(curves, label, s)) for s in steps]
         means = [m for m, _ in stats]
         stds = [s or 0.0 for _, s in stats]
-        (line,) = ax.plot(steps, means, marker=".", label=label)
+        (line,) = ax.plot(steps, means, label=label)
         lo = [m - s for m, s in zip(means, stds, strict=True)]
         hi = [m + s for m, s in zip(means, stds, strict=True)]
         ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.15)

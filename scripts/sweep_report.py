@@ -350,9 +350,10 @@ def plot_bleu_by_length(rows: list[Row], path: Path, title: str, by: str) -> Non
     if not splits:
         return
     fig, axes = plt.subplots(
-        1, len(splits), figsize=(5.5 * len(splits), 4.2), squeeze=False, sharey=True
+        1, len(splits), figsize=(max(9.0, 5.5 * len(splits)), 4.8), squeeze=False, sharey=True
     )
     for ax, split in zip(axes[0], splits):
+        distinct_styles(ax, len(labels))
         buckets = split_buckets(rows, split)
         for i, lab in enumerate(labels):
             stats = [
@@ -364,7 +365,6 @@ def plot_bleu_by_length(rows: list[Row], path: Path, title: str, by: str) -> Non
                 [k + shift for k in range(len(buckets))],
                 [m for m, _ in stats],
                 yerr=[s or 0.0 for _, s in stats],
-                marker="o",
                 capsize=3,
                 label=lab,
             )
@@ -376,7 +376,17 @@ def plot_bleu_by_length(rows: list[Row], path: Path, title: str, by: str) -> Non
     axes[0][-1].legend(
         title="encoding", fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5)
     )
-    fig.suptitle(title)
+    fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def distinct_styles(ax: object, n: int) -> None:
+    """Colours (and, past 10 lines, markers) that tell up to 20 lines apart: tab10 repeats."""
+    from cycler import cycler
+    from matplotlib import colormaps
+
+    colors = colormaps["tab10" if n <= 10 else "tab20"].colors[:n]
+    markers = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"] * 2
+    ax.set_prop_cycle(cycler(color=colors) + cycler(marker=markers[: len(colors)]))  # type: ignore[attr-defined]
