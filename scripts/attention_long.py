@@ -31,9 +31,8 @@ from seq2seq.corpus import read_split  # noqa: E402
 from seq2seq.translator import Translation, Translator  # noqa: E402
 
 
-def best_and_worst(report: Path) -> tuple[tuple[str, str], tuple[str, str]]:
-    """((label, run), (label, run)) of the highest and lowest mean long-split BLEU; `run` is the
-    CSV's "<sweep>/<job folder>" of each seed, keyed later by seed."""
+def best_and_worst(report: Path) -> tuple[str, str]:
+    """The encodings of highest and lowest mean long-split BLEU in the report's CSV."""
     with report.open(encoding="utf-8") as f:
         rows = [r for r in csv.DictReader(f) if r["split"].startswith("long")]
     if not rows:
@@ -42,8 +41,7 @@ def best_and_worst(report: Path) -> tuple[tuple[str, str], tuple[str, str]]:
     for r in rows:
         by_label.setdefault(r["encoding"], []).append(float(r["bleu"]))
     ranked = sorted(by_label, key=lambda lab: -statistics.fmean(by_label[lab]))
-    runs = {r["encoding"]: r for r in rows}
-    return (ranked[0], runs[ranked[0]]["run"]), (ranked[-1], runs[ranked[-1]]["run"])
+    return ranked[0], ranked[-1]
 
 
 def run_folder(sweep: Path, report: Path, label: str, seed: int) -> Path:
@@ -100,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="the runs' trainer.seed")
     parser.add_argument("--min-tokens", type=int, help="default: 1.5x data.train_max_src_len")
     args = parser.parse_args(argv)
-    (best, _), (worst, _) = best_and_worst(args.report)
+    best, worst = best_and_worst(args.report)
     folders = {lab: run_folder(args.sweep, args.report, lab, args.seed) for lab in (best, worst)}
     translators = {
         lab: Translator.from_checkpoint(f / "checkpoints" / "best.pt", "cpu")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 
 import sacrebleu
 
@@ -68,11 +69,7 @@ def length_bucket(src: str, by: str) -> str:
     ("words")."""
     if by == "items":
         return str(count_items(src))
-    n = len(src.split())
-    for lo, hi in WORD_BUCKETS:
-        if n <= hi:
-            return f"{lo}-{hi}"
-    return f"{WORD_BUCKETS[-1][1] + 1}+"
+    return token_bucket(len(src.split()), WORD_BUCKETS)
 
 
 def leading_int(text: str) -> int:
@@ -136,8 +133,9 @@ def token_buckets(max_src_len: int) -> list[tuple[int, int]]:
     return buckets
 
 
-def token_bucket(n: int, buckets: list[tuple[int, int]]) -> str:
-    """The label of the bucket holding a source of `n` tokens ("lo-hi", or "lo+" past the last)."""
+def token_bucket(n: int, buckets: Sequence[tuple[int, int]]) -> str:
+    """The label of the bucket holding a source of `n` tokens (or words): "lo-hi", or "lo+" past
+    the last bucket."""
     for lo, hi in buckets:
         if n <= hi:
             return f"{lo}-{hi}"

@@ -493,8 +493,9 @@ class Trainer:
             board = "test" if not tag else f"test{tag.replace('.', '_')}"
             self.writer.add_scalar(f"{board}/{name}_bleu", results[name]["bleu"], self.state.step)
             log.info("\n%s", format_scores(f"{name} [{path.name}]", results[name]))
-            lens += [len(ids) for ids in data.src_ids]
-            hyps, refs = hyps + texts, refs + data.tgt_text
+            lens.extend(len(ids) for ids in data.src_ids)
+            hyps.extend(texts)
+            refs.extend(data.tgt_text)
         cap = self.cfg.data.train_max_src_len
         if cap and hyps:
             scores = length_generalization(lens, hyps, refs, cap)
