@@ -23,36 +23,41 @@ POS_M30K_JOBS ?= 2
 POS_M30K_REPORT ?= docs/positional/multi30k
 LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)
 
-.PHONY: install prepare train resume translate evaluate export sweep sweep-multi30k data multi30k test test-full lint format bench clean
+.DEFAULT_GOAL := help
+
+.PHONY: help install prepare train resume translate evaluate export sweep sweep-multi30k data multi30k test test-full lint format bench clean
+
+help:  ## this list of targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 install:  ## virtualenv + CPU torch (no CUDA wheels without an NVIDIA driver) + seq2seq
 	bash scripts/install.sh
 
 prepare:  ## make prepare ARGS="data.root=DIR data.train=[a,b] data.prepared=OUT": tokenize once
-	$(PY) -m seq2seq.prepare_cli $(ARGS)
+	$(PY) -m seq2seq.cli.prepare $(ARGS)
 
 train:  ## the default recipe on the embedded numbers data (no network)
-	$(PY) -m seq2seq.train experiment=numbers $(ARGS)
+	$(PY) -m seq2seq.cli.train experiment=numbers $(ARGS)
 
 resume:  ## make resume RUN=outputs/<name>/<run> [ARGS=...]: continue a stopped or killed run
 	@test -n "$(RUN)" || { echo "usage: make resume RUN=outputs/<name>/<run> [ARGS=\"trainer.max_steps=...\"]"; exit 1; }
-	$(PY) -m seq2seq.resume_cli $(RUN) $(ARGS)
+	$(PY) -m seq2seq.cli.resume $(RUN) $(ARGS)
 
 translate:  ## make translate INPUT=src.txt OUTPUT=hyp.txt [CKPT=...]
 	@test -n "$(CKPT)" || { echo "no checkpoint: run 'make train' or pass CKPT=path/best.pt"; exit 1; }
-	$(PY) -m seq2seq.translate ckpt=$(CKPT) input=$(INPUT) output=$(OUTPUT) $(ARGS)
+	$(PY) -m seq2seq.cli.translate ckpt=$(CKPT) input=$(INPUT) output=$(OUTPUT) $(ARGS)
 
 evaluate:  ## make evaluate SPLIT=test [CKPT=...]: BLEU, chrF and TER with signatures
 	@test -n "$(CKPT)" || { echo "no checkpoint: run 'make train' or pass CKPT=path/best.pt"; exit 1; }
-	$(PY) -m seq2seq.evaluate ckpt=$(CKPT) split=$(SPLIT) lowercase=true $(ARGS)
+	$(PY) -m seq2seq.cli.evaluate ckpt=$(CKPT) split=$(SPLIT) lowercase=true $(ARGS)
 
 export:  ## make export OUT=deploy/ct2 [CKPT=...] [ARGS="format=huggingface" or "quantization=int8"]
 	@test -n "$(CKPT)" || { echo "no checkpoint: run 'make train' or pass CKPT=path/best.pt"; exit 1; }
 	@test -n "$(OUT)" || { echo "usage: make export OUT=deploy/ct2 [CKPT=...] [ARGS=...]"; exit 1; }
-	$(PY) -m seq2seq.export ckpt=$(CKPT) out=$(OUT) $(ARGS)
+	$(PY) -m seq2seq.cli.export ckpt=$(CKPT) out=$(OUT) $(ARGS)
 
 sweep:  ## Hydra multirun over positional encodings x seeds, then a comparison table
-	$(PY) -m seq2seq.train -m $(SWEEP_ARGS) pos_encoding=$(SWEEP_ENCODINGS) \
+	$(PY) -m seq2seq.cli.train -m $(SWEEP_ARGS) pos_encoding=$(SWEEP_ENCODINGS) \
 		trainer.seed=$(SWEEP_SEEDS) trainer.progress=false $(ARGS)
 	$(PY) scripts/compare_runs.py --latest
 
@@ -69,7 +74,7 @@ data:  ## download Multi30k (needs network) into $(MULTI30K)
 	$(PY) scripts/download_multi30k.py --out $(MULTI30K)
 
 multi30k:  ## Multi30k recipe: make multi30k PAIR=en_de|de_en|en_fr (data from MULTI30K_ROOT)
-	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) -m seq2seq.train experiment=multi30k_$(PAIR) $(ARGS)
+	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) -m seq2seq.cli.train experiment=multi30k_$(PAIR) $(ARGS)
 
 test:  ## the CI suite (slow tests excluded)
 	$(PY) -m pytest -q
@@ -82,7 +87,7 @@ lint:  ## ruff (lint + format) on the code, mypy on the package
 	$(PY) -m ruff format --check $(LINT_DIRS)
 	$(PY) -m mypy
 
-format:
+format:  ## ruff: fix what it can, then format
 	$(PY) -m ruff check --fix $(LINT_DIRS)
 	$(PY) -m ruff format $(LINT_DIRS)
 
@@ -90,5 +95,5 @@ bench:  ## speed benchmarks (installs the bench extra: transformers, ctranslate2
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/run_all.py
 
-clean:
+clean:  ## remove outputs, sweeps, caches
 	rm -rf outputs multirun .cache .pytest_cache .ruff_cache

@@ -22,11 +22,18 @@ from common import ROOT, median, run_json, write_json
 
 CHILD = """
 import hashlib, json, sys, time, torch
-from seq2seq.config import DecodeConfig, LengthPenaltyKind, ModelConfig, PosEncodingConfig
-from seq2seq.config import SearchKind
-from seq2seq.model import EncoderDecoder
-from seq2seq.positional import build_positional
-from seq2seq.search import translate_ids
+try:  # the package by concept (seq2seq/config/, model/, decode/)
+    from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, ModelConfig
+    from seq2seq.config.schema import PosEncodingConfig, SearchKind
+    from seq2seq.model.transformer import EncoderDecoder
+    from seq2seq.model.positional import build_positional
+    from seq2seq.decode.search import translate_ids
+except ImportError:  # checkouts before it: one flat folder
+    from seq2seq.config import DecodeConfig, LengthPenaltyKind, ModelConfig, PosEncodingConfig
+    from seq2seq.config import SearchKind
+    from seq2seq.model import EncoderDecoder
+    from seq2seq.positional import build_positional
+    from seq2seq.search import translate_ids
 try:
     from seq2seq import kernels
     kernels.setup_process(torch.device("cpu"))

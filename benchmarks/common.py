@@ -26,9 +26,9 @@ ONEDNN_DEFAULT_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024", "LRU_CACHE_C
 
 
 def machine_fields() -> dict[str, Any]:
-    """Structured description of this machine (seq2seq.machine: CPU model and vendor, cores,
+    """Structured description of this machine (seq2seq.train.machine: CPU model and vendor, cores,
     torch version, threads, GPU, Python, date), and `machine`, the same as one line."""
-    from seq2seq.machine import describe, summary
+    from seq2seq.train.machine import describe, summary
 
     fields = describe()
     return {"machine": summary(fields), **fields}

@@ -8,7 +8,7 @@ prepared one, on synthetic corpora of 29k to 20M pairs.
 Corpora: <work>/corpus-N/train.{en,de}: N pairs, each the first half (of the words, rounded
 down) of a random Multi30k en-de training pair and the second half of another, on both sides
 (seeded; reused while corpus.json matches), and Multi30k's val and test files. Per size, each in
-its own process: new, seq2seq-prepare, then `seq2seq.train` with data.prepared; old, the same
+its own process: new, seq2seq-prepare, then `seq2seq.cli.train` with data.prepared; old, the same
 training in a worktree of OLD_COMMIT (which tokenizes every line at start), and its
 read_parallel + encode_batch alone. Training: model=tiny, fp32, --steps steps, tokenizer caches
 emptied first. Time to first step: launch to the Hydra log line "model: ... parameters" (just
@@ -285,7 +285,7 @@ def train(kind: str, corpus: Path, args: argparse.Namespace, pairs: int, *extra:
     """One training run of the `kind` (new/old) path: time to first step, memory, steps/s."""
     work, run_dir = args.work, args.work / "runs" / f"{kind}-{pairs}"
     cache = work / "tok-cache" / f"{kind}-train-{pairs}"
-    cmd = command("seq2seq.train", corpus, cache, run_dir, *TRAIN_ARGS, *extra)
+    cmd = command("seq2seq.cli.train", corpus, cache, run_dir, *TRAIN_ARGS, *extra)
     say(f"{kind} {label(pairs)}: train {args.steps} steps")
     log, old = work / "logs" / f"{kind}-{pairs}.out", kind == "old"
     cmd.append(f"trainer.max_steps={args.steps}")
@@ -304,8 +304,8 @@ def train(kind: str, corpus: Path, args: argparse.Namespace, pairs: int, *extra:
 def tokenize_old(corpus: Path, model: Path) -> dict[str, Any]:
     """(child, in the old worktree) The old read_parallel + encode_batch of both sides, timed."""
     import seq2seq
-    from seq2seq.data import read_parallel
-    from seq2seq.tokenizer import SentencePieceTokenizer
+    from seq2seq.data.text import read_parallel
+    from seq2seq.data.tokenizer import SentencePieceTokenizer
 
     tok = SentencePieceTokenizer("bpe", model.read_bytes())
     start = time.perf_counter()
@@ -533,10 +533,10 @@ def report(result: dict[str, Any]) -> str:
 
 
 def prepare_module() -> tuple[str | None, str]:
-    """The module of pyproject.toml's seq2seq-prepare script (else seq2seq.prepare), or None
+    """The module of pyproject.toml's seq2seq-prepare script (else seq2seq.data.prepare), or None
     and why: its `python -m ... --help` must print Hydra's help."""
     script = re.search(r'seq2seq-prepare\s*=\s*"([\w.]+):', (ROOT / "pyproject.toml").read_text())
-    module = script.group(1) if script else "seq2seq.prepare"
+    module = script.group(1) if script else "seq2seq.data.prepare"
     cmd, env = [sys.executable, "-m", module, "--help"], child_env(False)
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if out.returncode == 0 and "Hydra" in out.stdout:

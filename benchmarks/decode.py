@@ -18,7 +18,7 @@ benchmarks/results/decode.json and docs/BENCHMARKS.md; our speed ratio is given 
 engine, and against the faster of HF's two attention implementations.
 
 Internally, `--worker ENGINE MODE INPUTS` runs one engine in one mode and prints JSON; that path
-imports neither seq2seq nor torch for the CTranslate2 engines (tests/test_benchmarks.py).
+imports neither seq2seq nor torch for the CTranslate2 engines (tests/benchmarks/test_benchmarks.py).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def prepare_inputs(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
         vocabulary,
     )
 
-    from seq2seq.data import sentence_batches
+    from seq2seq.data.batching import sentence_batches
 
     torch.set_num_threads(args.threads)
     settings = TrainSettings(**({} if args.train_steps is None else {"steps": args.train_steps}))

@@ -1,12 +1,12 @@
-"""The engines benchmarks/decode.py compares, one per process: ours (seq2seq.search), Hugging Face
-transformers (MarianMTModel.generate, with its sdpa and its eager attention) and CTranslate2
+"""The engines benchmarks/decode.py compares, one per process: ours (seq2seq.decode.search), Hugging
+Face transformers (MarianMTModel.generate, with its sdpa and its eager attention) and CTranslate2
 (float32, int8).
 
-Each gets the same length-sorted batches of token ids and the same settings, decodes them all
-once after one warm-up batch, and returns the outputs and the time; in the greedy forced mode it
-also times one sentence decoded alone. This module imports neither torch nor ctranslate2 at the
-top: the CTranslate2 process never loads torch (the two ship different OpenMP runtimes, and
-sharing one process slows CTranslate2 down; tests/test_benchmarks.py checks it).
+Each gets the same length-sorted batches of token ids and the same settings, decodes them all once
+after one warm-up batch, and returns the outputs and the time; in the greedy forced mode it also
+times one sentence decoded alone. This module imports neither torch nor ctranslate2 at the top: the
+CTranslate2 process never loads torch (the two ship different OpenMP runtimes, and sharing one
+process slows CTranslate2 down; tests/benchmarks/test_benchmarks.py checks it).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
-    from seq2seq.model import EncoderDecoder
+    from seq2seq.model.transformer import EncoderDecoder
 
 BEAM = 5
 FORCED = 32  # output tokens in the forced-length modes
 LIMIT = 64  # natural modes: at most this many output tokens, for every engine
-PAD_ID, BOS_ID, EOS_ID = 0, 1, 2  # seq2seq.tokenizer's ids (not imported: it loads torch)
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2  # seq2seq.data.tokenizer's ids (not imported: it loads torch)
 ALONE_REPEATS = 5  # one-sentence decodes timed (median)
 
 
@@ -75,14 +75,15 @@ Runner = Callable[["Inputs", Mode], Result]
 
 
 def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list[list[int]]]:
-    """Our model and seq2seq.search.translate_ids (length-sorted batches, as the others get)."""
+    """Our model and seq2seq.decode.search.translate_ids (length-sorted batches, as the others
+    get)."""
     import torch
 
     from seq2seq import kernels
-    from seq2seq.config import DecodeConfig, LengthPenaltyKind, SearchKind
-    from seq2seq.search import translate_ids
+    from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, SearchKind
+    from seq2seq.decode.search import translate_ids
 
-    kernels.setup_process()  # as seq2seq.translate runs it: oneDNN's cache caps
+    kernels.setup_process()  # as seq2seq.cli.translate runs it: oneDNN's cache caps
     torch.set_num_threads(inputs.threads)
     model = _load_ours(inputs.paths["ours"], len(inputs.vocab))
     cfg = DecodeConfig(

@@ -1,4 +1,5 @@
-"""Where our decoding time goes: torch.profiler over one run of seq2seq.search, ops grouped."""
+"""Where our decoding time goes: torch.profiler over one run of seq2seq.decode.search, ops
+grouped."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Results of benchmarks/decode.py: benchmarks/results/decode.json, docs/BENCHMARKS.md. Every
-number printed comes from the run's own results; the fixed text only says what was done."""
+"""Results of benchmarks/decode.py: benchmarks/results/decode.json, docs/BENCHMARKS.md. Every number
+printed comes from the run's own results; the fixed text only says what was done."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ LABELS = {
 }
 FLOAT32 = ("hf_sdpa", "hf_eager", "ct2_float32")  # the engines that compute ours in float32
 METHOD = f"""\
-All engines decode the same function: the product's exporters (seq2seq/export_hf.py,
-seq2seq/export_ct2.py) copy our weights into a Hugging Face Marian model (model dimension permuted
-to Marian's sin/cos layout) and into CTranslate2 models (float32, int8). Forced modes:
+All engines decode the same function: the product's exporters
+(seq2seq/export/huggingface.py, seq2seq/export/ctranslate2.py) copy our weights into a Hugging
+Face Marian model (model dimension permuted to Marian's sin/cos layout) and into CTranslate2
+models (float32, int8). Forced modes:
 every output is {FORCED} tokens, {FORCED} decoder steps (EOS masked until then; ours counts its
 final EOS as token {FORCED}, HF and CTranslate2 stop at {FORCED} tokens without one), so every
 output is at the cap there. Natural modes: greedy stops at EOS, beam search once {BEAM} hypotheses

@@ -21,8 +21,7 @@ from typing import Any
 import torch
 from common import split_file
 
-from seq2seq.build import build_optimizer
-from seq2seq.config import (
+from seq2seq.config.schema import (
     ModelConfig,
     OptimConfig,
     PosEncodingConfig,
@@ -31,10 +30,11 @@ from seq2seq.config import (
     TrainConfig,
     TrainerConfig,
 )
-from seq2seq.data import read_lines
-from seq2seq.model import EncoderDecoder
-from seq2seq.positional import build_positional
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, build_tokenizers
+from seq2seq.data.text import read_lines
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, build_tokenizers
+from seq2seq.model.positional import build_positional
+from seq2seq.model.transformer import EncoderDecoder
+from seq2seq.train.build import build_optimizer
 
 MODEL = ModelConfig(
     d_model=256,
@@ -98,9 +98,9 @@ def train(
     """A short training run with the product's Trainer.train_step (AdamW, warmup, label
     smoothing 0.1, clipping 1.0), only so that outputs end with EOS at natural lengths; the
     translation quality does not matter for speed."""
-    from seq2seq.corpus import corpus_from_splits
-    from seq2seq.data import Split
-    from seq2seq.trainer import Trainer
+    from seq2seq.data.text import Split
+    from seq2seq.train.corpus import corpus_from_splits
+    from seq2seq.train.trainer import Trainer
 
     cfg = TrainConfig(
         model=MODEL,
@@ -175,15 +175,16 @@ def test_sources(root: Path, tok: Tokenizer, n: int, lang: str = "en") -> list[l
 
 def vocabulary(tok: Tokenizer) -> list[str]:
     """Token strings by id, as the CTranslate2 export has them."""
-    from seq2seq.export_ct2 import vocabulary as ct2_vocabulary
+    from seq2seq.export.ctranslate2 import vocabulary as ct2_vocabulary
 
     return ct2_vocabulary(tok)
 
 
 def export_all(model: EncoderDecoder, tok: Tokenizer, base: Path) -> None:
-    """The product's exporters (seq2seq.export_hf, seq2seq.export_ct2): a MarianMTModel folder
-    and CTranslate2 folders in float32 and int8."""
-    from seq2seq import export_ct2, export_hf
+    """The product's exporters (seq2seq.export.huggingface, seq2seq.export.ctranslate2): a
+    MarianMTModel folder and CTranslate2 folders in float32 and int8."""
+    from seq2seq.export import ctranslate2 as export_ct2
+    from seq2seq.export import huggingface as export_hf
 
     if not (base / "marian" / "config.json").exists():
         export_hf.to_marian(model, max_positions=512).save_pretrained(base / "marian")

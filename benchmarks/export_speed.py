@@ -4,7 +4,8 @@ int8), against our own beam search, text in and text out, on the same sentences.
     python benchmarks/export_speed.py --ckpt RUN/checkpoints/average.pt [--split test_2016_flickr]
         [--sentences 1000] [--repeats 3] [--threads 2] [--data DIR]
 
-1. Exports the checkpoint with the product's exporter (seq2seq.export.run) in float32 and int8;
+1. Exports the checkpoint with the product's exporter (seq2seq.export.writer.export_checkpoint)
+   in float32 and int8;
    each export's self-check (greedy agreement with ours on the validation split, BLEU of both)
    is recorded.
 2. Decodes the first --sentences lines of --split with beam 5 in each engine, each in its own
@@ -53,7 +54,7 @@ def worker(engine: str, inputs_path: str) -> None:
 def ours_decoder(inputs: dict[str, Any]) -> Any:
     import torch
 
-    from seq2seq import Translator
+    from seq2seq.decode.translator import Translator
 
     torch.set_num_threads(inputs["threads"])
     translator = Translator.from_checkpoint(inputs["ckpt"], device="cpu")
@@ -88,8 +89,8 @@ def ct2_decoder(inputs: dict[str, Any], engine: str, threads: int) -> Any:
 def export_both(ckpt: Path, work: Path, data: Path, check_lines: int) -> dict[str, Any]:
     """float32 and int8 exports (each with its self-check on `check_lines` validation
     sentences) in `work`."""
-    from seq2seq.config import ExportConfig, Quantization
-    from seq2seq.export import run as export
+    from seq2seq.config.schema import ExportConfig, Quantization
+    from seq2seq.export.writer import export_checkpoint as export
 
     checks = {}
     for q in (Quantization.float32, Quantization.int8):
@@ -105,9 +106,9 @@ def export_both(ckpt: Path, work: Path, data: Path, check_lines: int) -> dict[st
 
 def inputs_for(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """What every worker reads: the sentences, the checkpoint, the folders, the settings."""
-    from seq2seq import Translator
-    from seq2seq.config import LengthPenaltyKind
-    from seq2seq.data import read_lines
+    from seq2seq.config.schema import LengthPenaltyKind
+    from seq2seq.data.text import read_lines
+    from seq2seq.decode.translator import Translator
 
     data = multi30k_root(args.data)
     t = Translator.from_checkpoint(args.ckpt, "cpu")
@@ -191,7 +192,7 @@ def report(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str, 
 
 
 def sha256_file(path: Path) -> str:
-    from seq2seq.prepared import sha256_file as digest
+    from seq2seq.data.prepared import sha256_file as digest
 
     return digest(path)
 

@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_throughput as tt  # noqa: E402
 from common import command, multi30k_root, update_doc, write_json  # noqa: E402
 
-from seq2seq.config import Precision  # noqa: E402
-from seq2seq.flops import cpu_peak_tflops  # noqa: E402
-from seq2seq.trainer import DTYPES  # noqa: E402
+from seq2seq.config.schema import Precision
+from seq2seq.train.flops import cpu_peak_tflops
+from seq2seq.train.trainer import DTYPES
 
 LINEAR = "mkldnn::_linear_pointwise"  # seq2seq/kernels/onednn.py's float32 products: X @ W.T
 MATMULS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", LINEAR)

@@ -22,13 +22,19 @@ from common import median, peak_rss_mb, update_doc, write_json
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from seq2seq.build import build_model, build_optimizer, init_process
-from seq2seq.config import CONFIG_DIR, DecodeConfig, SearchKind, TrainConfig, register_configs
-from seq2seq.corpus import load_corpus
-from seq2seq.data import Batch
-from seq2seq.model import EncoderDecoder
-from seq2seq.search import translate_ids
-from seq2seq.trainer import Trainer
+from seq2seq.config.schema import (
+    CONFIG_DIR,
+    DecodeConfig,
+    SearchKind,
+    TrainConfig,
+    register_configs,
+)
+from seq2seq.data.batching import Batch
+from seq2seq.decode.search import translate_ids
+from seq2seq.model.transformer import EncoderDecoder, build_model
+from seq2seq.train.build import build_optimizer, init_process
+from seq2seq.train.corpus import load_corpus
+from seq2seq.train.trainer import Trainer
 
 MAX_TOKENS = 4096  # padded tokens a training batch
 FORCED = 32  # output tokens of every decoded sentence (EOS included)

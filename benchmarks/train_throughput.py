@@ -3,20 +3,19 @@
     python benchmarks/train_throughput.py [--data DIR] [--repeats 5] [--steps 10] [--threads 2]
         [--precision fp32|bf16] [--dropout 0.1] [--max-tokens 4096] [--no-doc]
 
-Both engines: d=256, 3+3 layers, 4 heads, FFN 1024, post-norm, ReLU, scaled embeddings, tied
-joint sentencepiece BPE vocabulary of 8000 (trained on Multi30k train, cached), dropout 0.1 (no
-dropout on the FFN's hidden units: our model.ffn_dropout, Marian's activation_dropout),
-label-smoothed (0.1) cross-entropy per target token (ours: the Trainer's fused output layer and
-loss; Marian: logits, then PyTorch's F.cross_entropy with label_smoothing, the same function;
-Marian runs with sdpa attention, HF's default, and with eager; the speed-up is over the faster),
-AdamW with the same warmup + inverse-sqrt schedule, clipping 1.0, on the CPU (fp32, or bf16
-autocast for both). The batches are the first of epoch
-0 as the Trainer draws them (length-bucketed, --max-tokens padded tokens), collated before timing.
-Each engine runs in its own child process (for its peak RSS); the repeats alternate the order of
-the engines. Marian starts from our model's initial weights (seq2seq/export_hf.py, the converter
-decode_setup.py exports with). The premise is checked before any timing is reported: a failed copy
-aborts the run, and so does an eval-mode loss of the first batch at step 0 that differs between
-ours and either Marian by more than LOSS_TOLERANCE.
+Both engines: d=256, 3+3 layers, 4 heads, FFN 1024, post-norm, ReLU, scaled embeddings, tied joint
+sentencepiece BPE vocabulary of 8000 (trained on Multi30k train, cached), dropout 0.1 (no dropout on
+the FFN's hidden units: our model.ffn_dropout, Marian's activation_dropout), label-smoothed (0.1)
+cross-entropy per target token (ours: the Trainer's fused output layer and loss; Marian: logits,
+then PyTorch's F.cross_entropy with label_smoothing, the same function; Marian runs with sdpa
+attention, HF's default, and with eager; the speed-up is over the faster), AdamW with the same
+warmup + inverse-sqrt schedule, clipping 1.0, on the CPU (fp32, or bf16 autocast for both). The
+batches are the first of epoch 0 as the Trainer draws them (length-bucketed, --max-tokens padded
+tokens), collated before timing. Each engine runs in its own child process (for its peak RSS); the
+repeats alternate the order of the engines. Marian starts from our model's initial weights
+(seq2seq/export/huggingface.py, the converter decode_setup.py exports with). The premise is checked
+before any timing is reported: a failed copy aborts the run, and so does an eval-mode loss of the
+first batch at step 0 that differs between ours and either Marian by more than LOSS_TOLERANCE.
 Medians go to benchmarks/results/train_throughput.json and docs/BENCHMARKS.md (train_throughput).
 """
 
@@ -45,10 +44,9 @@ from common import (
 )
 from hydra import compose, initialize_config_dir
 
-from seq2seq.config import CONFIG_DIR, TrainConfig, register_configs
-from seq2seq.data import Batch
-from seq2seq.loss import label_smoothed_nll
-from seq2seq.tokenizer import PAD_ID
+from seq2seq.config.schema import CONFIG_DIR, TrainConfig, register_configs
+from seq2seq.data.batching import Batch
+from seq2seq.data.tokenizer import PAD_ID
 
 # the premise: first-batch eval-mode losses of ours and Marian at the same initial weights agree
 LOSS_TOLERANCE = 1e-5
@@ -95,7 +93,7 @@ def marian(cfg: TrainConfig, vocab: int, attention: str) -> torch.nn.Module:
     and attention implementation `attention` (sdpa, HF's default, or eager)."""
     from transformers import MarianMTModel
 
-    from seq2seq.export_hf import marian_config
+    from seq2seq.export.huggingface import marian_config
 
     config = marian_config(
         cfg.model, (vocab, vocab), max_positions=cfg.data.max_len + 2, dropout=True
@@ -139,7 +137,7 @@ def hf_step(
 
 def first_batches(cfg: TrainConfig, steps: int) -> tuple[list[Batch], int]:
     """The first `steps` batches of epoch 0 as the Trainer draws them, and the vocabulary size."""
-    from seq2seq.corpus import load_corpus
+    from seq2seq.train.corpus import load_corpus
 
     corpus = load_corpus(cfg)
     refs = corpus.train.epoch_batches(0)[:steps]
@@ -151,7 +149,13 @@ def eval_loss(logits_of: Any, model: torch.nn.Module, batch: Batch, smoothing: f
     model.eval()
     with torch.no_grad():
         logits = logits_of(batch)  # (B, T, V)
-        loss = label_smoothed_nll(logits.flatten(0, 1), batch.tgt_out.flatten(), smoothing)[0]
+        loss = F.cross_entropy(  # the label-smoothed loss, as kernels.reference computes it
+            logits.flatten(0, 1).float(),
+            batch.tgt_out.flatten(),
+            ignore_index=PAD_ID,
+            reduction="sum",
+            label_smoothing=smoothing,
+        )
     model.train()
     return float(loss) / batch.tgt_tokens
 
@@ -159,17 +163,18 @@ def eval_loss(logits_of: Any, model: torch.nn.Module, batch: Batch, smoothing: f
 def engine_step(engine: str, cfg: TrainConfig, vocab: int, run_dir: Path) -> tuple[Any, Any]:
     """Functions batch -> loss: one optimizer step of `engine`, and its eval-mode loss. Marian
     starts from our model's initial weights (the Trainer's seed) when the names map."""
-    from seq2seq.build import build_model, build_optimizer, build_trainer
+    from seq2seq.model.transformer import build_model
+    from seq2seq.train.build import build_optimizer, build_trainer
 
     smoothing = cfg.trainer.label_smoothing
     if engine == "ours":
         trainer = build_trainer(cfg, run_dir)
-        ours = lambda b: trainer.model(b.src, b.tgt_in)  # noqa: E731
+        ours = lambda b: trainer.model.logits(b.src, b.tgt_in)  # noqa: E731
         return (
             lambda b: trainer.train_step([b])["loss"],  # type: ignore[index]
             lambda b: eval_loss(ours, trainer.model, b, smoothing),
         )
-    from seq2seq.export_hf import load_into
+    from seq2seq.export.huggingface import load_into
 
     model = marian(cfg, vocab, HF_ATTENTION[engine]).train()
     torch.manual_seed(cfg.trainer.seed)  # as build_trainer does before building our model

@@ -27,8 +27,8 @@ import sacrebleu
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
-from seq2seq.corpus import read_split  # noqa: E402
-from seq2seq.translator import Translation, Translator  # noqa: E402
+from seq2seq.decode.translator import Translation, Translator
+from seq2seq.train.corpus import read_split
 
 
 def best_and_worst(report: Path) -> tuple[str, str]:

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from seq2seq.checkpoint import (
+from seq2seq.train.checkpoint import (
     CheckpointError,
     average_checkpoints,
     save_checkpoint,

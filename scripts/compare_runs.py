@@ -47,13 +47,9 @@ from sweep_report import (  # noqa: E402
     write_csv,
 )
 
-from seq2seq.config import DataConfig, resolve_path  # noqa: E402
-from seq2seq.corpus import read_split  # noqa: E402
-from seq2seq.scoring import (  # noqa: E402  the length buckets seq2seq-evaluate by_length=true uses
-    bucket_scores,
-    leading_int,
-    length_groups,
-)
+from seq2seq.config.schema import DataConfig, resolve_path
+from seq2seq.evaluation.scoring import bucket_scores, leading_int, length_groups
+from seq2seq.train.corpus import read_split
 
 Reader = Callable[[DataConfig, str], list[tuple[str, str]]]
 

@@ -28,6 +28,7 @@ else
     || "${pip[@]}" install "torch==$TORCH_VERSION" \
       --index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple
 fi
-"${pip[@]}" install -e ".[dev]"
+# the dev extra, with every version pinned by constraints.txt (reproducible CI)
+"${pip[@]}" install -e ".[dev]" -c constraints.txt
 "$VENV/bin/python" -c "import torch, seq2seq; print('install: ok, torch', torch.__version__, \
 'cuda' if torch.cuda.is_available() else 'cpu')"

@@ -1,9 +1,10 @@
-"""(Re)write the embedded English->German number-phrase data set (data/numbers/).
+"""(Re)write the embedded English->German number-phrase data set (seq2seq/data/numbers/).
 
-Usage: python scripts/make_numbers_data.py [--root data/numbers] [--seed 1234]
+Usage: python scripts/make_numbers_data.py [--root seq2seq/data/numbers] [--seed 1234]
 
 The output is deterministic: the same seed gives byte-identical files, so the committed
-copy under data/numbers/ can be checked against a fresh run (tests/test_numbers.py). The
+copy under seq2seq/data/numbers/ can be checked against a fresh run
+(tests/scripts/test_numbers.py). The
 generator lives here, not in the package: only this script needs num2words (the dev extra).
 
 A phrase is a short list of numbers written out in words, e.g.
@@ -162,7 +163,9 @@ def write_dataset(root: Path, *, seed: int = 1234, max_value: int = MAX_VALUE) -
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, write the data set and print the line count of each split."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=Path("data/numbers"), help="output folder")
+    parser.add_argument(
+        "--root", type=Path, default=Path("seq2seq/data/numbers"), help="output folder"
+    )
     parser.add_argument("--seed", type=int, default=1234, help="random seed")
     args = parser.parse_args(argv)
     counts = write_dataset(args.root, seed=args.seed)

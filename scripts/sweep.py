@@ -57,7 +57,7 @@ def command(run: Run, overrides: list[str], threads: int) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "seq2seq.train",
+        "seq2seq.cli.train",
         *overrides,
         f"pos_encoding={run.encoding}",
         f"trainer.seed={run.seed}",
@@ -97,7 +97,7 @@ def write_record(folder: Path, runs: list[Run], jobs: int, threads: int, start: 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, required=True, help="the sweep's folder")
-    parser.add_argument("--encodings", required=True, help="configs/pos_encoding names, a,b,c")
+    parser.add_argument("--encodings", required=True, help="pos_encoding option names, a,b,c")
     parser.add_argument("--seeds", default="1,2", help="trainer.seed values, 1,2")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (threads split)")
     parser.add_argument("overrides", nargs="*", help="seq2seq-train overrides (after --)")

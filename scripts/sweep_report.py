@@ -10,10 +10,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from seq2seq.config import DataConfig
-from seq2seq.scoring import BUCKET_BLEU as BLEU
-from seq2seq.scoring import BUCKET_CHRF as CHRF
-from seq2seq.scoring import bucket_key
+from seq2seq.config.schema import DataConfig
+from seq2seq.evaluation.scoring import BUCKET_BLEU as BLEU
+from seq2seq.evaluation.scoring import BUCKET_CHRF as CHRF
+from seq2seq.evaluation.scoring import bucket_key
 
 UNITS = {"words": "words", "items": "comma-separated items", "tokens": "source tokens"}
 NOISE_T = 2.0  # |Welch t| above this counts as a difference beyond seed noise

@@ -1,8 +1,9 @@
-"""The resolved value of every config option, as composed today: tests/test_config.py checks that
-each still composes to the same values (configs/*.yaml hold only what differs from the schemas'
-defaults, so a default changed in seq2seq/config.py shows here).
+"""The resolved value of every config option, as composed today: tests/config/test_schema.py checks
+that each still composes to the same values (seq2seq/config/*.yaml hold only what differs from the
+schemas' defaults, so a default changed in seq2seq/config/schema.py shows here).
 
-    python -m tests.config_snapshot   # rewrite tests/data/resolved_configs.json after a change
+    python -m tests.config_snapshot   # rewrite tests/fixtures/resolved_configs.json after a change
+
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from seq2seq.config import register_configs
+from seq2seq.config.schema import register_configs
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-SNAPSHOT = Path(__file__).resolve().parent / "data" / "resolved_configs.json"
+CONFIGS = Path(__file__).resolve().parents[1] / "seq2seq" / "config"
+SNAPSHOT = Path(__file__).resolve().parent / "fixtures" / "resolved_configs.json"
 GROUPS = ["data", "tokenizer", "model", "pos_encoding", "optim", "trainer", "decode", "experiment"]
 # the app configs besides train (mandatory values given)
 APPS = {"translate": ["ckpt=run/best.pt"], "evaluate": []}

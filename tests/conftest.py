@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seq2seq.config import ModelConfig, PosEncodingConfig, PosKind
-from seq2seq.model import EncoderDecoder
-from seq2seq.positional import build_positional
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.config.schema import ModelConfig, PosEncodingConfig, PosKind
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.model.positional import build_positional
+from seq2seq.model.transformer import EncoderDecoder
 
 # The test models are tiny: one intra-op thread is fastest, and on a busy machine the default
 # (one per core) waits on the other threads at every op, which made a 9-step decode take seconds.
@@ -129,7 +129,7 @@ def trained(make_model: MakeModel) -> EncoderDecoder:
     for _ in range(80):
         src, tgt = reverse_batch(gen, 32)
         tgt_in = torch.cat((torch.full((32, 1), BOS_ID), tgt[:, :-1]), dim=1)
-        logits = model(src, tgt_in)
+        logits = model.logits(src, tgt_in)
         loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=PAD_ID)
         optimizer.zero_grad()
         loss.backward()

@@ -1,8 +1,8 @@
 """Greedy and beam outputs of seeded tiny models, recorded before sampling, ensembles and
-alignments were added (commit e189102): tests/test_search.py checks that the searches still
+alignments were added (commit e189102): tests/decode/test_search.py checks that the searches still
 return exactly these tokens (and these scores to float rounding).
 
-    python -m tests.search_golden   # rewrite tests/data/search_golden.json (only on purpose)
+    python -m tests.search_golden   # rewrite tests/fixtures/search_golden.json (only on purpose)
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import Any
 
 import torch
 
-from seq2seq.config import DecodeConfig, LengthPenaltyKind, PosKind, SearchKind
-from seq2seq.model import EncoderDecoder
-from seq2seq.search import translate_ids
-from seq2seq.tokenizer import EOS_ID
+from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, PosKind, SearchKind
+from seq2seq.data.tokenizer import EOS_ID
+from seq2seq.decode.search import translate_ids
+from seq2seq.model.transformer import EncoderDecoder
 from tests.conftest import _make_model
 
-GOLDEN = Path(__file__).resolve().parent / "data" / "search_golden.json"
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "search_golden.json"
 CASES = {
     "greedy": DecodeConfig(method=SearchKind.greedy, batch_size=5),
     "greedy-min-len": DecodeConfig(method=SearchKind.greedy, batch_size=3, max_len_a=1.0),

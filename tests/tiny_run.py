@@ -15,17 +15,17 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from seq2seq.checkpoint import load_checkpoint
-from seq2seq.config import TrainConfig, register_configs
+from seq2seq.config.schema import TrainConfig, register_configs
+from seq2seq.train.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = REPO / "configs"
-NUMBERS = REPO / "data" / "numbers"
+CONFIGS = REPO / "seq2seq" / "config"
+NUMBERS = REPO / "seq2seq" / "data" / "numbers"
 SIZES = {"train": 150, "valid": 20, "test": 20}  # ~10 batches an epoch at max_tokens=256
 
 
 def write_slice(folder: Path, sizes: dict[str, int] = SIZES) -> Path:
-    """The first lines of each split of data/numbers, as plain {split}.{lang} files."""
+    """The first lines of each split of seq2seq/data/numbers, as plain {split}.{lang} files."""
     folder.mkdir(parents=True)
     for split, n in sizes.items():
         for lang in ("en", "de"):
@@ -80,8 +80,8 @@ def compose_train(overrides: list[str]) -> TrainConfig:
 CHILD = """
 import os, signal, sys, time
 from pathlib import Path
-import seq2seq.train as train
-import seq2seq.trainer as trainer
+import seq2seq.cli.train as train
+import seq2seq.train.trainer as trainer
 pause_at, action = int(os.environ["TEST_PAUSE_AT"]), os.environ["TEST_ACTION"]
 original = trainer.Trainer.train_step
 def train_step(self, group):
@@ -137,7 +137,7 @@ def wait_for(path: Path, proc: subprocess.Popen[str], limit_s: float = 300) -> N
 def run_cli(overrides: list[str], run_dir: Path) -> subprocess.CompletedProcess[str]:
     """seq2seq-train (as the console script runs it) on run_dir, to completion."""
     return subprocess.run(
-        [sys.executable, "-m", "seq2seq.train", *overrides, f"hydra.run.dir={run_dir}"],
+        [sys.executable, "-m", "seq2seq.cli.train", *overrides, f"hydra.run.dir={run_dir}"],
         cwd=REPO,
         env=child_env(),
         capture_output=True,

@@ -4,7 +4,9 @@
     attention(q, k, v, bias, key_mask, ...)     scaled dot-product attention, masks built here
     dropout(x, p, training)                     inverted dropout
     output_loss(hidden, weight, target, eps)    output layer + label-smoothed loss, summed
+    attention_mask(key_mask, causal, ...)       the boolean mask attention applies (for weights)
     setup_process(device, training, mode)       process-wide settings, once at start-up
+    resolve_device(name)                        'auto', 'cpu', 'cuda:N' -> a device that exists
 
 Two modes (trainer.kernels):
 - auto (the default): CPU tensors take the fast CPU kernels (cpu.py: oneDNN linears with
@@ -28,10 +30,11 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
+from seq2seq.errors import ConfigError
 from seq2seq.kernels import cpu, onednn, reference
 from seq2seq.kernels.allocator import keep_freed_memory
 from seq2seq.kernels.loss import linear_label_smoothed_nll
-from seq2seq.kernels.reference import Values
+from seq2seq.kernels.reference import Values, attention_mask
 
 MODES = ("auto", "reference")
 _mode = "auto"
@@ -125,13 +128,31 @@ def output_loss(
     return reference.output_loss(hidden, weight, target, eps)
 
 
+def resolve_device(name: str) -> torch.device:
+    """'auto' picks CUDA when present, else the CPU. A device that does not exist here is a
+    ConfigError naming it."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ConfigError(
+            f"config: device={name!r} is invalid; use auto, cpu, cuda or cuda:N"
+        ) from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"config: device={name!r} but torch sees no CUDA GPU; use auto or cpu")
+    return device
+
+
 __all__ = [
     "MODES",
     "attention",
+    "attention_mask",
     "dropout",
     "get_mode",
     "linear",
     "output_loss",
+    "resolve_device",
     "set_mode",
     "setup_process",
     "use",

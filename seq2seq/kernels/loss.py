@@ -9,7 +9,6 @@ import torch
 from torch import Tensor
 
 from seq2seq.kernels import onednn
-from seq2seq.loss import smoothed_grad
 
 # rows of gradient, at most this many bytes, that share one weight-gradient matmul
 GROUP_BYTES = 16 * 2**20
@@ -125,3 +124,9 @@ def linear_label_smoothed_nll(
     the (N, V) logits' passes over memory would dominate the time. Only the loss carries a
     gradient."""
     return _LinearSmoothedNLL.apply(hidden, weight, target, eps, chunk)
+
+
+def smoothed_grad(probs: Tensor, target: Tensor, eps: float) -> Tensor:
+    """d loss / d logits = softmax - (1 - eps) * onehot - eps / V, written into `probs` (N, V)."""
+    probs.sub_(eps / probs.size(-1))
+    return probs.scatter_add_(-1, target[:, None], probs.new_full((target.numel(), 1), eps - 1.0))

@@ -1,0 +1,487 @@
+"""Typed config schemas, registered in Hydra's ConfigStore.
+
+Every field here is read somewhere; each carries a comment saying what it does. YAML files under
+`seq2seq/config/` only choose values. An unknown key or a bad value fails when Hydra composes the
+config, and the error names the full key (e.g. `pos_encoding.kind`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from seq2seq.errors import ConfigError
+
+# the installed package (its embedded data: data/numbers) and its Hydra config tree (this folder)
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = str(Path(__file__).resolve().parent)
+
+
+class TokenizerKind(str, Enum):
+    bpe = "bpe"
+    unigram = "unigram"
+    word = "word"
+    char = "char"
+
+
+class PosKind(str, Enum):
+    sinusoidal = "sinusoidal"
+    learned = "learned"
+    relative = "relative"
+    t5_bias = "t5_bias"
+    alibi = "alibi"
+    rope = "rope"
+    kerple = "kerple"
+    fire = "fire"
+    none = "none"
+
+
+class SearchKind(str, Enum):
+    greedy = "greedy"
+    beam = "beam"
+    sample = "sample"  # random sampling (temperature, top-k, top-p), seeded
+
+
+class AttentionLayers(str, Enum):
+    mean = "mean"  # one heatmap: the decoder layers' cross-attention averaged
+    all = "all"  # one heatmap per decoder layer
+
+
+class LengthPenaltyKind(str, Enum):
+    none = "none"  # raw sum of log-probabilities
+    gnmt = "gnmt"  # Wu et al. 2016: score / ((5 + |y|) / 6) ** alpha
+    average = "average"  # score / |y| ** alpha
+
+
+class Precision(str, Enum):
+    auto = "auto"  # the faster of fp32 and bf16, timed on a CPU; bf16 on a GPU that supports it
+    fp32 = "fp32"
+    bf16 = "bf16"  # autocast to bfloat16 (CUDA or CPU)
+    fp16 = "fp16"  # autocast to float16 with a gradient scaler (CUDA)
+
+
+class BestMetric(str, Enum):
+    bleu = "bleu"  # validation BLEU of greedy translations, higher is better
+    chrf = "chrf"  # validation chrF of the same translations, higher is better
+    loss = "loss"  # validation loss (teacher-forced NLL per token, no smoothing), lower is better
+
+
+class LengthUnit(str, Enum):
+    words = "words"  # whitespace words of the source: 1-10, 11-20, 21-30, 31-40, 41+
+    items = "items"  # comma-separated items of the source (the numbers data)
+
+
+class Kernels(str, Enum):
+    auto = "auto"  # the fast CPU kernels on a CPU, plain PyTorch elsewhere (CUDA)
+    reference = "reference"  # plain PyTorch everywhere
+
+
+@dataclass
+class DataConfig:
+    name: str = "numbers"  # label used in logs and run folders
+    # relative: to the working directory, else to the package (its embedded data/numbers)
+    root: str = "data/numbers"  # folder of {split}.{lang} or {split}.{lang}.gz files
+    src_lang: str = "en"  # source language suffix
+    tgt_lang: str = "de"  # target language suffix
+    # training split(s); several are mixed in every epoch (data.weights)
+    train: list[str] = field(default_factory=lambda: ["train"])
+    # per training split: the share of its pairs drawn each epoch (1 = each once, 0.5 = a random
+    # half, 3 = each three times); empty = 1 for every split
+    weights: list[float] = field(default_factory=list)
+    valid: str = "valid"  # validation split (loss, perplexity, greedy BLEU)
+    test: list[str] = field(default_factory=lambda: ["test"])  # splits scored after training
+    max_len: int = 256  # pairs with a side longer than this (in tokens) are dropped and counted
+    # length generalization: train only on the pairs whose source has at most this many tokens
+    # (0 = all). Validation and test splits stay whole; the test splits are then also scored
+    # together by source-token bucket, with a "long" split of every sentence over this length
+    train_max_src_len: int = 0
+    # a seq2seq-prepare output to train from; unset: prepared on first use into cache_dir
+    prepared: str | None = None
+    cache_dir: str = ".cache/prepared"  # data prepared on first use, keyed by files and settings
+    workers: int = 0  # processes that tokenize while preparing (0 = one per core)
+
+
+@dataclass
+class TokenizerConfig:
+    kind: TokenizerKind = TokenizerKind.bpe  # bpe | unigram (sentencepiece), word | char
+    vocab_size: int = 8000  # target vocabulary size (sentencepiece; cap for word)
+    joint: bool = True  # one vocabulary for both languages
+    min_freq: int = 1  # word/char: drop tokens seen fewer times
+    character_coverage: float = 1.0  # sentencepiece: share of characters covered
+    cache_dir: str = ".cache/tokenizers"  # trained models, keyed by a hash of data + settings
+    sample_lines: int = 1_000_000  # trained on at most this many random training pairs (or all)
+    sample_seed: int = 1  # seed of that sample
+
+
+@dataclass
+class PosEncodingConfig:
+    kind: PosKind = PosKind.sinusoidal  # which encoding (see seq2seq/model/positional.py)
+    max_len: int = 1024  # learned: table size; sinusoidal: precomputed length
+    clip: int = 16  # relative (Shaw): distances beyond +-clip share one embedding
+    num_buckets: int = 32  # t5_bias: number of relative-position buckets
+    max_distance: int = 128  # t5_bias: distance at which buckets stop growing
+    rope_base: float = 10000.0  # rope: base of the rotation frequencies
+    # relative, t5_bias, kerple, fire: one set of position parameters for all the layers of a
+    # stack (true) or one per layer (false); unset: as each paper does (per layer: relative,
+    # kerple, fire; shared: t5_bias). Checkpoints from before this key keep theirs (shared)
+    share_layers: bool | None = None
+    # alibi, encoder only: false = the symmetric -slope * |i - j|, blind to left vs right;
+    # true = keys on the left and on the right get different slopes (docs/POSITIONAL_ENCODINGS.md)
+    alibi_directional: bool = False
+    t5_zero_init: bool = False  # t5_bias: start the table at zero, not N(0, d_model^-0.5) as T5
+
+
+@dataclass
+class ModelConfig:
+    d_model: int = 128  # embedding and hidden size
+    n_heads: int = 4  # attention heads
+    enc_layers: int = 4  # encoder layers
+    dec_layers: int = 4  # decoder layers
+    d_ff: int = 256  # feed-forward inner size
+    dropout: float = 0.1  # residual and embedding dropout
+    attn_dropout: float = 0.0  # dropout on attention weights
+    ffn_dropout: float = 0.0  # dropout on the feed-forward hidden activations (after the ReLU)
+    norm_first: bool = True  # pre-norm (True) or post-norm (False, Vaswani et al.)
+    tie_output: bool = True  # output projection shares the target embedding matrix
+    share_embeddings: bool = True  # source and target share embeddings (needs a joint vocab)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-3  # peak learning rate, reached after warmup
+    warmup_steps: int = 1000  # linear warmup, then inverse square root decay
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam betas
+    eps: float = 1e-9  # Adam epsilon
+    weight_decay: float = 0.0  # decoupled weight decay (AdamW)
+    clip_norm: float = 1.0  # gradient-norm clipping (0 = off)
+
+
+@dataclass
+class TrainerConfig:
+    seed: int = 1  # seeds python, torch and the batch order
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0  # torch intra-op threads (0 = torch default)
+    max_tokens: int = 4096  # token budget per batch (padded source or target tokens)
+    accum_steps: int = 1  # batches accumulated per optimizer step
+    max_steps: int = 10000  # stop after this many optimizer steps
+    max_epochs: int = 100  # stop after this many epochs
+    max_minutes: float = 0.0  # stop after this much wall time (0 = no limit)
+    label_smoothing: float = 0.1  # label-smoothed cross-entropy
+    log_every: int = 50  # steps between TensorBoard/console scalars
+    valid_every: int = 500  # steps between validations (and checkpoints)
+    valid_bleu_sentences: int = 0  # validation sentences decoded for BLEU (0 = all)
+    keep_last: int = 3  # periodic checkpoints kept, besides best.pt
+    # auto | fp32 | bf16 | fp16. auto times a few real steps in fp32 and bf16 before a CPU run
+    # and keeps the faster (bf16 on a CUDA GPU that supports it); a resumed run keeps its choice
+    precision: Precision = Precision.auto
+    # auto: the fast CPU kernels on a CPU (oneDNN linears, fused output layer + loss, cheap
+    # dropout masks, attention on matmuls where SDPA is slow) and plain PyTorch elsewhere (CUDA);
+    # reference: plain PyTorch everywhere (F.linear, F.scaled_dot_product_attention, F.dropout,
+    # F.cross_entropy on full logits). Same model and results to float rounding (seq2seq/kernels)
+    kernels: Kernels = Kernels.auto
+    # torch.compile the model for training (first steps slower while it compiles; CUDA mainly);
+    # it runs on the plain-PyTorch kernels (trainer.kernels is then taken as reference)
+    compile: bool = False
+    # device peak in TFLOPS for train/mfu in TensorBoard; 0 = a table of GPUs by name
+    # (seq2seq/train/flops.py: bf16 dense peaks), or on the CPU a matmul's, measured at start
+    peak_tflops: float = 0.0
+    progress: bool = True  # a progress bar on a terminal, a log line every log_every steps else
+    # auto: resume from <run dir>/checkpoints when it holds one (last.pt, else the newest
+    # loadable step_N.pt); never: always start afresh (refused if the run dir has checkpoints);
+    # or the path of a checkpoint to resume from. See docs/RELIABILITY.md.
+    resume: str = "auto"
+    # fine-tune: a new run (step 0) from this checkpoint's weights and tokenizers, with its model
+    # settings (seq2seq/train/finetune.py); a resumed run continues from its own checkpoints instead
+    init_from: str | None = None
+    init_reset: bool = True  # with init_from: a fresh optimizer (false: keep its AdamW moments)
+    max_bad_steps: int = 5  # stop after this many consecutive non-finite losses/gradients
+    # the validation metric that chooses best.pt and that early stopping watches
+    best_metric: BestMetric = BestMetric.bleu
+    patience: int = 0  # stop after this many validations without a best_metric gain (0 = off)
+    average_last: int = 0  # average the last N step checkpoints at the end and test it too
+
+
+@dataclass
+class DecodeConfig:
+    method: SearchKind = SearchKind.greedy  # greedy | beam | sample
+    beam_size: int = 5  # beam width (beam search)
+    length_penalty: LengthPenaltyKind = LengthPenaltyKind.gnmt  # how beam scores are normalized
+    alpha: float = 0.6  # length penalty exponent
+    max_len_a: float = 1.5  # output length limit is a * |src| + b
+    max_len_b: int = 10  # see max_len_a
+    nbest: int = 1  # hypotheses returned per sentence (beam search), samples drawn (sample)
+    batch_size: int = 64  # sentences per decoding batch
+    temperature: float = 1.0  # sample: the logits are divided by it (below 1: closer to greedy)
+    top_k: int = 0  # sample: draw from the k most probable tokens only (0 = all)
+    top_p: float = 1.0  # sample: from the fewest most probable tokens holding p of the mass
+    seed: int = 1  # sample: with the sentence's index, seeds its draws (batch-size independent)
+
+
+@dataclass
+class TrainConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    pos_encoding: PosEncodingConfig = field(default_factory=PosEncodingConfig)
+    encoder_pos: PosEncodingConfig | None = None  # overrides pos_encoding in the encoder
+    decoder_pos: PosEncodingConfig | None = None  # overrides pos_encoding in the decoder
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    name: str = "default"  # run name: names the output folder (experiment/*.yaml set it)
+
+
+@dataclass
+class TranslateConfig:
+    # checkpoint to load (best.pt or last.pt of a run), or a list of them: an ensemble that
+    # averages their log-probabilities at every step (ckpt=[a.pt,b.pt]; same tokenizers)
+    ckpt: Any = MISSING
+    input: str = "-"  # file to translate, one sentence a line ("-" = stdin)
+    output: str = "-"  # where to write translations ("-" = stdout)
+    device: str = "auto"  # auto | cpu | cuda
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    # append " ||| " and source-target alignment pairs i-j (0-based subword tokens, EOS left
+    # out) to each output line: each target token's most attended source token
+    align: bool = False
+    # decoder layer whose cross-attention (averaged over heads) aligns; 0-based, -1 = the last
+    align_layer: int = -1
+    attention_dir: str | None = None  # write one cross-attention heatmap (PNG) per sentence here
+    attention_layers: AttentionLayers = AttentionLayers.mean  # heatmaps: layers averaged or all
+
+
+@dataclass
+class EvaluateConfig:
+    ckpt: str | None = None  # score this checkpoint's translations of `split` ...
+    split: str = "test"  # ... read from the checkpoint's data config (root overridable below)
+    data_root: str | None = None  # replaces the checkpoint's data.root when set
+    hyp: str | None = None  # ... or score this hypothesis file against `ref`
+    ref: str | None = None  # reference file (plain or .gz), required with hyp
+    src: str | None = None  # source file of `ref` (plain or .gz), for by_length with hyp
+    lowercase: bool = False  # also report case-insensitive BLEU
+    by_length: bool = False  # also report BLEU, chrF and count per source-length bucket
+    length_by: LengthUnit = LengthUnit.words  # the buckets of by_length (as the sweep report's)
+    # ckpt: also score the split's references with the model (teacher forcing): per-sentence
+    # NLL and per-token log-probs to `ref_logprobs`, corpus perplexity, perplexity by position
+    score_refs: bool = False
+    ref_logprobs: str | None = None  # score_refs' JSON lines; unset: <split>.ref_logprobs.jsonl
+    json: str | None = None  # write the scores as JSON to this path ("-" = stdout)
+    device: str = "auto"  # auto | cpu | cuda
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+class ExportFormat(str, Enum):
+    ctranslate2 = "ctranslate2"  # a CTranslate2 model folder (ctranslate2.Translator)
+    huggingface = "huggingface"  # a MarianMTModel folder (from_pretrained)
+
+
+class Quantization(str, Enum):
+    """CTranslate2's weight types (its `--quantization`)."""
+
+    float32 = "float32"
+    int8 = "int8"
+    int8_float32 = "int8_float32"
+    int8_float16 = "int8_float16"
+    int8_bfloat16 = "int8_bfloat16"
+    int16 = "int16"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+@dataclass
+class ExportConfig:
+    ckpt: str = MISSING  # checkpoint to export (best.pt, last.pt, average.pt)
+    out: str = MISSING  # folder to write; it must not exist unless force=true
+    format: ExportFormat = ExportFormat.ctranslate2  # ctranslate2 | huggingface
+    quantization: Quantization = Quantization.float32  # ctranslate2: the weights' type
+    force: bool = False  # replace an existing `out`
+    check_lines: int = 100  # validation sentences the self-check translates (0: no check)
+    check_split: str | None = None  # the split it reads; default: the checkpoint's data.valid
+    data_root: str | None = None  # replaces the checkpoint's data.root for the check
+
+
+def check_decode(cfg: DecodeConfig, prefix: str = "decode") -> None:
+    """Range checks the schema's types cannot express; errors name the key and the fix."""
+    _require(cfg.beam_size >= 1, f"{prefix}.beam_size", cfg.beam_size, "at least 1")
+    _require(cfg.nbest >= 1, f"{prefix}.nbest", cfg.nbest, "at least 1")
+    _require(
+        cfg.nbest <= cfg.beam_size or cfg.method != SearchKind.beam,
+        f"{prefix}.nbest",
+        cfg.nbest,
+        f"at most beam_size ({cfg.beam_size})",
+    )
+    _require(cfg.max_len_a >= 0, f"{prefix}.max_len_a", cfg.max_len_a, "0 or more")
+    _require(cfg.max_len_b >= 0, f"{prefix}.max_len_b", cfg.max_len_b, "0 or more")
+    _require(
+        cfg.max_len_a > 0 or cfg.max_len_b > 0,
+        f"{prefix}.max_len_b",
+        cfg.max_len_b,
+        "above 0 when max_len_a is 0",
+    )
+    _require(cfg.batch_size >= 1, f"{prefix}.batch_size", cfg.batch_size, "at least 1")
+    _require(cfg.temperature > 0, f"{prefix}.temperature", cfg.temperature, "above 0")
+    _require(cfg.top_k >= 0, f"{prefix}.top_k", cfg.top_k, "0 (all tokens) or more")
+    _require(0 < cfg.top_p <= 1, f"{prefix}.top_p", cfg.top_p, "in (0, 1]")
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """Reject values that would fail (or silently misbehave) deep inside training."""
+    m, t, d = cfg.model, cfg.trainer, cfg.data
+    _require(
+        m.d_model % m.n_heads == 0,
+        "model.d_model",
+        m.d_model,
+        f"a multiple of model.n_heads ({m.n_heads})",
+    )
+    for key, value in [
+        ("model.enc_layers", m.enc_layers),
+        ("model.dec_layers", m.dec_layers),
+        ("model.d_ff", m.d_ff),
+        ("data.max_len", d.max_len),
+        ("trainer.max_tokens", t.max_tokens),
+        ("trainer.accum_steps", t.accum_steps),
+        ("trainer.valid_every", t.valid_every),
+        ("trainer.log_every", t.log_every),
+        ("tokenizer.vocab_size", cfg.tokenizer.vocab_size),
+    ]:
+        _require(value >= 1, key, value, "at least 1")
+    for key, share in [
+        ("model.dropout", m.dropout),
+        ("model.attn_dropout", m.attn_dropout),
+        ("model.ffn_dropout", m.ffn_dropout),
+        ("trainer.label_smoothing", t.label_smoothing),
+    ]:
+        _require(0.0 <= share < 1.0, key, share, "in [0, 1)")
+    _require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "above 0")
+    _require(cfg.optim.warmup_steps >= 0, "optim.warmup_steps", cfg.optim.warmup_steps, "0 or more")
+    _require(cfg.optim.clip_norm >= 0, "optim.clip_norm", cfg.optim.clip_norm, "0 or more")
+    _require(len(cfg.optim.betas) == 2, "optim.betas", cfg.optim.betas, "two numbers")
+    _require(
+        not m.share_embeddings or cfg.tokenizer.joint,
+        "model.share_embeddings",
+        True,
+        "false when tokenizer.joint is false (two vocabularies)",
+    )
+    check_data(d, cfg.tokenizer)
+    check_trainer(t)
+    check_decode(cfg.decode)
+
+
+def check_data(d: DataConfig, tok: TokenizerConfig) -> None:
+    """Range checks of the data and tokenizer settings."""
+    _require(len(d.train) >= 1, "data.train", d.train, "at least one split name")
+    _require(
+        not d.weights or len(d.weights) == len(d.train),
+        "data.weights",
+        d.weights,
+        f"empty or one weight per data.train split ({len(d.train)})",
+    )
+    _require(all(w > 0 for w in d.weights), "data.weights", d.weights, "above 0 each")
+    _require(d.max_len < 1 << 16, "data.max_len", d.max_len, f"below {1 << 16}")
+    _require(d.workers >= 0, "data.workers", d.workers, "0 (one per core) or more")
+    _require(
+        d.train_max_src_len >= 0, "data.train_max_src_len", d.train_max_src_len, "0 (off) or more"
+    )
+    _require(tok.sample_lines >= 1, "tokenizer.sample_lines", tok.sample_lines, "at least 1")
+
+
+def check_trainer(t: TrainerConfig) -> None:
+    """Range checks of the trainer settings (counts, limits, resume mode)."""
+    for key, value in [
+        ("trainer.max_steps", t.max_steps),
+        ("trainer.max_epochs", t.max_epochs),
+        ("trainer.max_bad_steps", t.max_bad_steps),
+    ]:
+        _require(value >= 1, key, value, "at least 1")
+    for key, amount in [
+        ("trainer.max_minutes", t.max_minutes),
+        ("trainer.threads", t.threads),
+        ("trainer.keep_last", t.keep_last),
+        ("trainer.patience", t.patience),
+        ("trainer.average_last", t.average_last),
+        ("trainer.valid_bleu_sentences", t.valid_bleu_sentences),
+    ]:
+        _require(amount >= 0, key, amount, "0 or more")
+    _require(
+        t.keep_last >= t.average_last,
+        "trainer.keep_last",
+        t.keep_last,
+        f"at least trainer.average_last ({t.average_last}) so that the checkpoints to "
+        "average are kept",
+    )
+    _require(
+        t.resume.strip() != "",
+        "trainer.resume",
+        t.resume,
+        "auto, never or the path of a checkpoint",
+    )
+
+
+def _require(ok: bool, key: str, value: object, expected: str) -> None:
+    if not ok:
+        raise ConfigError(f"config: {key}={value!r} is invalid; it must be {expected}")
+
+
+def resolve_path(path: str | Path) -> Path:
+    """A path from a config (data.root, trainer.resume): relative to the working directory,
+    else to the package (the embedded data/numbers)."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    return PACKAGE_ROOT / p if (PACKAGE_ROOT / p).exists() else p
+
+
+def merge_decode(
+    chosen: DecodeConfig, trained: DecodeConfig, overrides: list[str] | None
+) -> tuple[DecodeConfig, list[str]]:
+    """The decoding settings of a translation: the checkpoint's own (`trained`, those its run
+    was tested with) with what the command line changed taken from `chosen` (the composed
+    config). `overrides`: the command line's overrides, or None when the call came from Python
+    (then `chosen` is used whole). Returns the settings, range-checked, and the keys taken from
+    the command line. The Python API's Translator.settings applies keyword changes the same way.
+    """
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides or []]
+    if overrides is None or "decode" in keys:  # from Python, or a whole group (decode=beam)
+        merged, changed = chosen, ([] if overrides is None else ["decode"])
+    else:
+        fields = [k.split(".", 1)[1] for k in keys if k.startswith("decode.")]
+        merged = dataclasses.replace(trained, **{k: getattr(chosen, k) for k in fields})
+        changed = [f"decode.{k}" for k in fields]
+    check_decode(merged)
+    return merged, changed
+
+
+def config_from_dict(values: dict) -> TrainConfig:
+    """A TrainConfig from the plain dict stored in a checkpoint (validated like the CLI's).
+
+    A checkpoint saved before a setting existed gets the value it was trained with, where that
+    differs from today's default (`upgrade_pos_encoding`)."""
+    values = {k: upgrade_pos_encoding(v) if k in POS_SECTIONS else v for k, v in values.items()}
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), values))  # type: ignore[return-value]
+
+
+POS_SECTIONS = ("pos_encoding", "encoder_pos", "decoder_pos")
+
+
+def upgrade_pos_encoding(values: dict | None) -> dict | None:
+    """A stored positional-encoding section from before `share_layers`: Shaw's tables were then
+    shared by the layers of a stack, which the checkpoint's weights hold."""
+    if not isinstance(values, dict) or "share_layers" in values:
+        return values
+    if values.get("kind") == PosKind.relative:  # a str enum: equal to "relative" too
+        return {**values, "share_layers": True}
+    return values
+
+
+def register_configs() -> None:
+    """Store the schemas so that YAML files under seq2seq/config/ are validated against them."""
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(name="translate_schema", node=TranslateConfig)
+    cs.store(name="evaluate_schema", node=EvaluateConfig)
+    cs.store(name="export_schema", node=ExportConfig)

@@ -1,0 +1,248 @@
+"""The batches of each training epoch, over one or several prepared corpora (prepared.py).
+
+An epoch is the batching of data.token_batches, computed from the corpora's group tables rather
+than from a list of every pair: pairs are sorted by (width, tgt len, src len) with ties in a random
+order, cut greedily into batches under the token budget, and the batches shuffled. Because the
+cut depends only on the lengths, the batch boundaries come from the group counts alone, in
+O(groups + batches); which pairs fill a batch is drawn when the batch is collated. Everything is
+a pure function of (seed, epoch), so resuming and torchrun sharding are exact. The random order
+within a block is a seeded pseudo-random permutation (`permute`), evaluated only at the positions
+a batch takes, and the next batch is read in a background thread while the model computes.
+
+Several training splits are mixed: a key's group is the union of the splits' groups of that
+key, and data.weights scales each split's share of every group (stochastic rounding, so an
+epoch draws weight x pairs of a split in expectation, stratified by length).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from seq2seq.data.batching import Batch, cut_batches, pad
+from seq2seq.data.prepared import CorpusArrays
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+
+log = logging.getLogger(__name__)
+
+# rows read between two CorpusArrays.release(): a page fault maps up to 16 pages (the kernel's
+# fault-around), so a batch's rows would otherwise map tens of MB at once
+RELEASE_EVERY = 32
+# a batch of an epoch: (epoch, its number in the epoch's plan)
+BatchRef = tuple[int, int]
+
+
+@dataclass
+class EpochPlan:
+    """One epoch: blocks of pairs of equal lengths and the batches cut over them."""
+
+    epoch: int
+    keys: np.ndarray  # (blocks,) sort key of each block
+    members: list[list[tuple[int, int, int, int]]]  # per block: (corpus, start, count, drawn)
+    block_starts: np.ndarray  # (blocks + 1,) first position of each block, then the end
+    batch_starts: np.ndarray  # (batches + 1,) first position of each batch, then the end
+    order: np.ndarray  # (batches,) the epoch's batch order
+    drawn: list[int]  # pairs drawn from each corpus
+
+
+class TrainData:
+    """The training pairs of a run: one or several CorpusArrays, batched per epoch."""
+
+    def __init__(
+        self,
+        corpora: dict[str, CorpusArrays],
+        weights: list[float],
+        max_len: int,
+        max_tokens: int,
+        seed: int,
+        max_src_len: int = 0,
+    ) -> None:
+        """`corpora` by split name, drawn with `weights` (one each, or empty = 1); pairs with a
+        side over `max_len` tokens, or a source over `max_src_len` (when above 0;
+        data.train_max_src_len) are left out; batches of at most `max_tokens` padded tokens
+        (data.token_batches' budget); shuffled from `seed` and the epoch."""
+        self.names, self.corpora = list(corpora), list(corpora.values())
+        self.weights = weights or [1.0] * len(self.corpora)
+        self.max_len, self.max_tokens, self.seed = max_len, max_tokens, seed
+        self.base = np.cumsum([0] + [len(c) for c in self.corpora])  # (corpora + 1,)
+        src_cap = max_src_len or max_len  # groups: (width, tgt len, src len, start, count)
+        self.groups = [
+            g[(np.maximum(g[:, 1], g[:, 2]) <= max_len) & (g[:, 2] <= src_cap)]
+            for g in (c.groups for c in self.corpora)
+        ]
+        self.plan: EpochPlan | None = None
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+        self.pending: dict[BatchRef, Future[Batch]] = {}
+
+    def __len__(self) -> int:
+        """Pairs within max_len, over every corpus (each counted once)."""
+        return int(sum(int(g[:, 4].sum()) for g in self.groups))
+
+    def over_long(self) -> list[int]:
+        """Pairs of each corpus left out for a side over max_len (or a source over max_src_len)."""
+        kept = [int(g[:, 4].sum()) for g in self.groups]
+        return [len(c) - k for c, k in zip(self.corpora, kept, strict=True)]
+
+    def epoch_plan(self, epoch: int) -> EpochPlan:
+        """The plan of `epoch` (the last one is kept; the prefetch thread asks too)."""
+        with self.lock:
+            plan = self.plan
+            if plan is None or plan.epoch != epoch:
+                self.plan = plan = self.make_plan(epoch)
+                drawn = zip(self.names, plan.drawn, strict=True)
+                shares = ", ".join(f"{n} {d}" for n, d in drawn)
+                log.info("epoch %d: %d batches; pairs drawn: %s", epoch, len(plan.order), shares)
+            return plan
+
+    def prefetch(self, refs: list[BatchRef]) -> None:
+        """Start collating `refs` in a background thread, so that their rows are read from disk
+        while the model computes; `collate` then takes them from there."""
+        self.pending = {ref: self.pool.submit(self.read, ref) for ref in refs}
+
+    def close(self) -> None:
+        """Stop the prefetch thread."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def make_plan(self, epoch: int) -> EpochPlan:
+        """Blocks (one per length triple, the corpora's groups merged, each corpus's share
+        drawn by its weight), the batches cut over them, and their shuffled order."""
+        rows: list[tuple[int, int, int, int, int]] = []  # (key, corpus, start, count, drawn)
+        for c, (groups, weight) in enumerate(zip(self.groups, self.weights, strict=True)):
+            counts = groups[:, 4]
+            drawn = counts
+            if weight != 1.0:
+                rng = np.random.default_rng([self.seed, epoch, c, 1])
+                exact = counts * weight  # (groups,)
+                drawn = np.floor(exact).astype(np.int64) + (rng.random(len(counts)) < exact % 1)
+            key = (groups[:, 0] << 32) | (groups[:, 1] << 16) | groups[:, 2]
+            rows += zip(
+                key.tolist(),
+                [c] * len(groups),
+                groups[:, 3].tolist(),
+                counts.tolist(),
+                drawn.tolist(),
+            )
+        rows.sort()
+        keys: list[int] = []
+        members: list[list[tuple[int, int, int, int]]] = []
+        for key, c, start, count, drawn in rows:
+            if drawn == 0:
+                continue
+            if not keys or keys[-1] != key:
+                keys.append(key)
+                members.append([])
+            members[-1].append((c, start, count, drawn))
+        # token_batches' size of a pair: max(src + 1, tgt + 1) + 1, the + 1s for BOS and EOS
+        sizes = np.array([(k >> 32) + 2 for k in keys], dtype=np.int64)
+        totals = np.array([sum(m[3] for m in ms) for ms in members], dtype=np.int64)
+        batch_starts = cut_batches(sizes, totals, self.max_tokens)
+        rng = np.random.default_rng([self.seed, epoch, 0])
+        drawn_by = [
+            sum(m[3] for ms in members for m in ms if m[0] == c) for c in range(len(self.corpora))
+        ]
+        return EpochPlan(
+            epoch,
+            np.array(keys, dtype=np.int64),
+            members,
+            np.concatenate([[0], np.cumsum(totals)]).astype(np.int64),
+            batch_starts,
+            rng.permutation(len(batch_starts) - 1),
+            drawn_by,
+        )
+
+    def epoch_batches(self, epoch: int) -> list[BatchRef]:
+        """The batches of `epoch` in training order (a pure function of seed and epoch)."""
+        plan = self.epoch_plan(epoch)
+        return [(epoch, int(b)) for b in plan.order]
+
+    def block_slice(self, plan: EpochPlan, j: int, lo: int, hi: int) -> tuple[Any, Any]:
+        """Corpus and pair index of positions [lo, hi) of block j in the epoch's random order,
+        without laying out the whole block (at 20M pairs one holds up to millions)."""
+        members, key = plan.members[j], int(plan.keys[j])
+        slots = permute(
+            np.arange(lo, hi),
+            int(plan.block_starts[j + 1] - plan.block_starts[j]),
+            (self.seed, plan.epoch, 3, key),
+        )
+        ends = np.cumsum([m[3] for m in members])  # (members,) each corpus's drawn slots
+        which = np.searchsorted(ends, slots, side="right")  # (hi - lo,) the member of each
+        corpus = np.empty(len(slots), dtype=np.int64)
+        index = np.empty(len(slots), dtype=np.int64)
+        for k, (c, start, count, drawn) in enumerate(members):
+            here = np.flatnonzero(which == k)
+            # the d-th draw of a corpus is its (d mod count)-th pair in a random order: weights
+            # under 1 take a random part of the group, over 1 every pair that many times
+            draw = (slots[here] - (ends[k] - drawn)) % count
+            local = permute(draw, count, (self.seed, plan.epoch, c, 2, key))
+            corpus[here] = c
+            index[here] = self.corpora[c].order[start + local]
+        return corpus, index
+
+    def members_of(self, ref: BatchRef) -> tuple[np.ndarray, np.ndarray]:
+        """Corpus and pair index of each pair of batch `ref`."""
+        plan = self.epoch_plan(ref[0])
+        start, end = plan.batch_starts[ref[1]], plan.batch_starts[ref[1] + 1]
+        j = int(np.searchsorted(plan.block_starts, start, side="right")) - 1
+        corpus, index = [], []
+        while plan.block_starts[j] < end:
+            lo = max(start - plan.block_starts[j], 0)
+            hi = min(end, plan.block_starts[j + 1]) - plan.block_starts[j]
+            c, i = self.block_slice(plan, j, int(lo), int(hi))
+            corpus.append(c)
+            index.append(i)
+            j += 1
+        return np.concatenate(corpus), np.concatenate(index)
+
+    def collate(self, ref: BatchRef) -> Batch:
+        """The padded Batch of `ref` (data.collate's layout): prefetched, or read now."""
+        future = self.pending.pop(ref, None)
+        return future.result() if future is not None else self.read(ref)
+
+    def read(self, ref: BatchRef) -> Batch:
+        """The padded Batch of `ref`, read from the corpora."""
+        corpus, index = self.members_of(ref)
+        rows: list[tuple[list[int], list[int]]] = []
+        pairs = list(zip(corpus.tolist(), index.tolist()))
+        for at in range(0, len(pairs), RELEASE_EVERY):
+            for c, i in pairs[at : at + RELEASE_EVERY]:
+                src, tgt = self.corpora[c].row(i)
+                rows.append((src.tolist(), tgt.tolist()))
+            for arrays in self.corpora:  # copied: their pages need not stay mapped
+                arrays.release()
+        return Batch(
+            src=pad([[*s, EOS_ID] for s, _ in rows]),
+            tgt_in=pad([[BOS_ID, *t] for _, t in rows]),
+            tgt_out=pad([[*t, EOS_ID] for _, t in rows]),
+            index=torch.from_numpy(self.base[corpus] + index),
+        )
+
+
+def permute(index: np.ndarray, n: int, seed: tuple[int, ...]) -> np.ndarray:
+    """pi(index) for a pseudo-random permutation pi of range(n) drawn from `seed`: a four-round
+    Feistel network (Luby & Rackoff 1988) on the smallest even power of two >= n, walked back
+    into range(n) (Black & Rogaway 2002). Any slice of pi costs its length, not n."""
+    half = max(1, (max(n - 1, 1).bit_length() + 1) // 2)
+    mask = np.uint64((1 << half) - 1)
+    keys = np.random.default_rng(list(seed)).integers(0, 1 << 63, 4, dtype=np.uint64)
+
+    def rounds(x: np.ndarray) -> np.ndarray:
+        left, right = x >> np.uint64(half), x & mask
+        for key in keys:
+            f = right * np.uint64(0x9E3779B97F4A7C15) + key  # splitmix64's mixing, wrapping
+            f ^= f >> np.uint64(31)
+            f *= np.uint64(0xBF58476D1CE4E5B9)
+            f ^= f >> np.uint64(29)
+            left, right = right, left ^ (f & mask)
+        return (left << np.uint64(half)) | right
+
+    out = rounds(index.astype(np.uint64))
+    while (outside := out >= n).any():  # cycle walking: a bijection on range(n)
+        out[outside] = rounds(out[outside])
+    return out.astype(np.int64)

@@ -1,0 +1,348 @@
+"""Inference: greedy, batched beam search and sampling, with a key/value cache.
+
+Both decode a whole batch at once: sentences (and beams) live in one tensor, and finished
+hypotheses are tracked with tensors, not with a Python loop over sentences. A sentence that is
+done leaves the batch (its rows of the caches and the source mask are dropped), so later steps
+only compute for sentences still being decoded. Each sentence produces at most a * |src| + b
+tokens and at least `min_len` (EOS included in both; EOS is masked before `min_len`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, SearchKind
+from seq2seq.data.batching import sentence_batches
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.decode.ensemble import SearchModel
+from seq2seq.decode.sampling import Sampler, uniform_table
+from seq2seq.model.layers import LayerCache
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # output ids, without BOS and EOS
+    score: float  # length-normalized log-probability (greedy: raw log-probability)
+
+
+def max_lengths(src: Tensor, a: float, b: int) -> Tensor:
+    """Per-sentence output limit a * |src| + b for sources (B, S) (EOS counts, padding does not)."""
+    src_len = src.ne(PAD_ID).sum(-1)  # (B,)
+    return (a * src_len.float() + b).long().clamp(min=1)  # (B,)
+
+
+def length_penalty(length: Tensor, kind: LengthPenaltyKind, alpha: float) -> Tensor:
+    """Divisor for a hypothesis' summed log-probability (Wu et al. 2016 for gnmt)."""
+    length = length.float()
+    if kind == LengthPenaltyKind.gnmt:
+        return ((5.0 + length) / 6.0) ** alpha
+    if kind == LengthPenaltyKind.average:
+        return length**alpha
+    return torch.ones_like(length)
+
+
+@dataclass
+class _Bounds:
+    """Output length bounds (EOS included) of the sentences still being decoded."""
+
+    max_len: Tensor  # (B,) only EOS may follow max_len - 1 tokens
+    min_len: Tensor  # (B,) EOS is masked until min_len - 1 tokens are out (max_len wins)
+
+    def __post_init__(self) -> None:
+        self.min_len = torch.minimum(self.min_len, self.max_len)
+        self.first_max = int(self.max_len.min())  # Python ints: no mask work on most steps
+        self.last_min = int(self.min_len.max())
+
+    def select(self, sentences: Tensor) -> _Bounds:
+        return _Bounds(self.max_len[sentences], self.min_len[sentences])
+
+
+def _logprobs(logits: Tensor, step: int, bounds: _Bounds, group: int) -> Tensor:
+    """Log-probabilities (B, G, V) of token `step` for logits (B*G, V), G hypotheses a sentence.
+
+    PAD and BOS are never output. EOS is masked before a sentence's min length; at its max length
+    only EOS is left, with its own log-probability (the limit charges log p(EOS), like fairseq).
+    """
+    logprobs = logits.float().log_softmax(-1).view(-1, group, logits.size(-1))  # (B, G, V)
+    logprobs[..., PAD_ID] = NEG_INF
+    logprobs[..., BOS_ID] = NEG_INF
+    length = step + 1  # output length if this token is EOS
+    if length < bounds.last_min:
+        logprobs[..., EOS_ID].masked_fill_((length < bounds.min_len)[:, None], NEG_INF)
+    if length >= bounds.first_max:
+        at_limit = (length >= bounds.max_len)[:, None, None]  # (B, 1, 1)
+        eos = logprobs[..., EOS_ID].clone()  # (B, G)
+        logprobs.masked_fill_(at_limit, NEG_INF)
+        logprobs[..., EOS_ID] = eos
+    return logprobs
+
+
+def _as_lengths(value: Tensor | int, like: Tensor) -> Tensor:
+    return value if isinstance(value, Tensor) else torch.full_like(like, value)
+
+
+def _keep(cache: list[LayerCache], rows: Tensor, sentences: Tensor | None) -> None:
+    for layer_cache in cache:
+        layer_cache.reorder(rows, sentences)
+
+
+def _strip(ids: list[int]) -> list[int]:
+    return ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
+
+
+# Chooses each row's next token from its log-probabilities (N, V), given the input sentence of
+# every row (N,) and the step: returns the tokens' log-probabilities (N,) and the tokens (N,).
+Pick = Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
+
+
+def _most_probable(logprobs: Tensor, rows: Tensor, step: int) -> tuple[Tensor, Tensor]:
+    return logprobs.max(-1)  # (N,) each
+
+
+@torch.inference_mode()
+def greedy_search(
+    model: SearchModel, src: Tensor, max_len: Tensor, min_len: Tensor | int = 0
+) -> list[Hypothesis]:
+    """Most probable next token at every step, for sources (B, S); a sentence leaves the batch
+    when it emits EOS, and the search stops when none is left."""
+    memory, src_mask = model.encode(src)  # (B, S, D), (B, S)
+    return one_path_search(model, memory, src_mask, max_len, min_len, _most_probable)
+
+
+def one_path_search(
+    model: SearchModel,
+    memory: Tensor,
+    src_mask: Tensor,
+    max_len: Tensor,
+    min_len: Tensor | int,
+    pick: Pick,
+) -> list[Hypothesis]:
+    """One hypothesis per row of the encoder output memory (B, S, D), its token at every step
+    chosen by `pick` (greedy: the most probable; sampling: a draw). A row leaves the batch when
+    it emits EOS, and the search stops when none is left."""
+    batch, limit, device = memory.size(0), int(max_len.max()), memory.device
+    bounds = _Bounds(max_len, _as_lengths(min_len, max_len))
+    cache = model.new_cache(limit)
+    out = torch.full((batch, limit), PAD_ID, dtype=torch.long, device=device)  # (B, L)
+    score = torch.zeros(batch, device=device)  # (B,)
+    alive = torch.arange(batch, device=device)  # (N,) sentence of each row still decoding
+    token = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=device)  # (N, 1)
+    for step in range(limit):
+        logits = model.decode(token, memory, src_mask, cache)[:, -1]  # (N, V)
+        best_logprob, best = pick(_logprobs(logits, step, bounds, 1)[:, 0], alive, step)  # (N,)
+        out[alive, step] = best
+        score[alive] += best_logprob
+        ended = best.eq(EOS_ID)  # (N,)
+        if bool(ended.any()):
+            rows = ended.logical_not().nonzero().squeeze(1)  # (N',)
+            if rows.numel() == 0:
+                break
+            alive, best, bounds = alive[rows], best[rows], bounds.select(rows)
+            memory, src_mask = memory[rows], src_mask[rows]
+            _keep(cache, rows, rows)
+        token = best[:, None]
+    return [Hypothesis(_strip(row), s) for row, s in zip(out.tolist(), score.tolist(), strict=True)]
+
+
+@torch.inference_mode()
+def sample_search(
+    model: SearchModel,
+    src: Tensor,
+    max_len: Tensor,
+    cfg: DecodeConfig,
+    sentences: list[int],
+    min_len: Tensor | int = 0,
+) -> list[list[Hypothesis]]:
+    """cfg.nbest samples of each source of src (B, S), in the order drawn
+    (seq2seq/decode/sampling.py); `sentences` (B): each source's index in the input, which with
+    cfg.seed seeds its draws. A sample's score is its log-probability under the model."""
+    n = cfg.nbest
+    memory, src_mask = model.encode(src)  # (B, S, D), (B, S)
+    table = uniform_table(cfg.seed, sentences, n, max_len.tolist()).to(src.device)  # (B*n, L)
+    rows = torch.arange(src.size(0), device=src.device).repeat_interleave(n)  # (B*n,)
+    min_len = _as_lengths(min_len, max_len)[rows]  # (B*n,)
+    found = one_path_search(
+        model, memory[rows], src_mask[rows], max_len[rows], min_len, Sampler(cfg, table)
+    )
+    return [found[i : i + n] for i in range(0, len(found), n)]
+
+
+@dataclass
+class _Finished:
+    """The best `beam` finished hypotheses of each sentence, as tensors."""
+
+    score: Tensor  # (B, K) normalized scores, -inf where empty
+    tokens: Tensor  # (B, K, L) ids, padded with PAD
+
+    def add(self, sentences: Tensor, score: Tensor, tokens: Tensor) -> None:
+        """Merge candidates score (B', C), tokens (B', C, L) of `sentences` (B',) and keep the
+        best K of each."""
+        k, length = self.score.size(1), self.tokens.size(2)
+        all_score = torch.cat((self.score[sentences], score), 1)  # (B', K + C)
+        all_tokens = torch.cat((self.tokens[sentences], tokens), 1)  # (B', K + C, L)
+        best, idx = all_score.topk(k, dim=1)  # (B', K)
+        self.score[sentences] = best
+        self.tokens[sentences] = all_tokens.gather(1, idx[:, :, None].expand(-1, -1, length))
+
+    def nbest(self, n: int) -> list[list[Hypothesis]]:
+        scores, tokens = self.score[:, :n].tolist(), self.tokens[:, :n].tolist()
+        return [
+            [Hypothesis(_strip([t for t in ids if t != PAD_ID]), s) for ids, s in zip(ts, ss)]
+            for ts, ss in zip(tokens, scores, strict=True)
+        ]
+
+
+@dataclass
+class _Beams:
+    """The live hypotheses of the sentences still being decoded, sentence-major: W per sentence,
+    1 at the first step (the K beams would all be the same), then K."""
+
+    sentences: Tensor  # (B',) index in the batch of each sentence still being decoded
+    score: Tensor  # (B', W) summed log-probabilities, -inf for an empty beam
+    tokens: Tensor  # (B'*W, L) ids so far, PAD after them
+    bounds: _Bounds
+    memory: Tensor  # (B', S, D) encoder output, one row per sentence
+    src_mask: Tensor  # (B', S)
+
+    def select(self, live: Tensor) -> None:
+        """Keep only the sentences `live` (B'',)."""
+        k, length = self.score.size(1), self.tokens.size(1)
+        self.sentences, self.score = self.sentences[live], self.score[live]
+        self.tokens = self.tokens.view(-1, k, length)[live].view(-1, length)
+        self.bounds = self.bounds.select(live)
+        self.memory, self.src_mask = self.memory[live], self.src_mask[live]
+
+
+@torch.inference_mode()
+def beam_search(
+    model: SearchModel,
+    src: Tensor,
+    max_len: Tensor,
+    cfg: DecodeConfig,
+    min_len: Tensor | int = 0,
+) -> list[list[Hypothesis]]:
+    """Batched beam search (Graves 2012; Sutskever et al. 2014) for sources (B, S).
+
+    Each step scores K x V continuations per sentence, keeps the top 2K, moves those ending in
+    EOS (within the top K) to the finished set, and continues with the best K others. A sentence
+    is done when it holds K finished hypotheses (or has no live one left) and leaves the batch;
+    the search stops when all are done. The K beams of a sentence share one row of encoder
+    output and cross-attention cache (see DecoderLayer).
+    """
+    k, device = cfg.beam_size, src.device
+    batch, limit = src.size(0), int(max_len.max())
+    memory, src_mask = model.encode(src)  # (B, S, D), (B, S)
+    score = torch.zeros(batch, 1, device=device)  # (B, 1): one hypothesis per sentence at first
+    tokens = torch.full((batch, limit), PAD_ID, dtype=torch.long, device=device)  # (B, L)
+    bounds = _Bounds(max_len, _as_lengths(min_len, max_len))
+    beams = _Beams(torch.arange(batch, device=device), score, tokens, bounds, memory, src_mask)
+    finished = _Finished(
+        torch.full((batch, k), NEG_INF, device=device),
+        torch.full((batch, k, limit), PAD_ID, dtype=torch.long, device=device),
+    )
+    cache = model.new_cache(limit)
+    token = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=device)  # (B, 1)
+    for step in range(limit):
+        logits = model.decode(token, beams.memory, beams.src_mask, cache)[:, -1]  # (B'*W, V)
+        logprobs = _logprobs(logits, step, beams.bounds, beams.score.size(1))  # (B', W, V)
+        kept = _advance(beams, logprobs, step, finished, cfg)
+        if kept is None:
+            break
+        _keep(cache, *kept)
+        token = beams.tokens[:, step : step + 1]  # (B'*K, 1)
+    return finished.nbest(cfg.nbest)
+
+
+def _advance(
+    beams: _Beams, logprobs: Tensor, step: int, finished: _Finished, cfg: DecodeConfig
+) -> tuple[Tensor, Tensor | None] | None:
+    """One beam-search step on logprobs (B', W, V) of W live hypotheses per sentence (1 at the
+    first step, then K), updating `beams` and `finished` in place.
+
+    Returns the cache rows to keep (the old hypothesis each new one continues) and the
+    sentences kept (None: all of them), or None when every sentence is done.
+    """
+    nb, width, vocab = logprobs.shape
+    k = cfg.beam_size
+    cand = logprobs.add_(beams.score[:, :, None]).view(nb, width * vocab)  # (B', W*V)
+    if cand.size(1) < 2 * k:  # a tiny vocabulary: pad with impossible candidates
+        cand = F.pad(cand, (0, 2 * k - cand.size(1)), value=NEG_INF)
+    cand_score, cand_idx = cand.topk(2 * k, dim=1)  # (B', 2K)
+    parent = (cand_idx // vocab).clamp(max=width - 1)  # padding points at a real hypothesis
+    rows = parent + torch.arange(0, nb * width, width, device=cand.device)[:, None]
+    token_of = cand_idx % vocab  # (B', 2K); rows (B', 2K) index beams.tokens
+    is_eos = token_of.eq(EOS_ID)  # (B', 2K)
+    alive_score, alive_pos = cand_score.masked_fill(is_eos, NEG_INF).topk(k)  # (B', K)
+    done = alive_score[:, 0].isneginf()  # (B',) nothing left to continue
+    ending = is_eos[:, :k] & cand_score[:, :k].isfinite()  # (B', K) only EOS in the top K ends
+    if bool(ending.any()):
+        penalty = length_penalty(torch.tensor(step + 1), cfg.length_penalty, cfg.alpha)
+        norm = (cand_score[:, :k] / penalty).masked_fill(~ending, NEG_INF)  # (B', K)
+        ended_tokens = beams.tokens[rows[:, :k].reshape(-1)].view(nb, k, -1)  # (B', K, L)
+        finished.add(beams.sentences, norm, ended_tokens)
+        done |= finished.score[beams.sentences, -1].isfinite()  # K finished hypotheses
+    keep = rows.gather(1, alive_pos).view(-1)  # (B'*K,)
+    beams.tokens = beams.tokens[keep]  # (B'*K, L)
+    beams.tokens[:, step] = token_of.gather(1, alive_pos).view(-1)
+    beams.score = alive_score
+    if not bool(done.any()):
+        return keep, None
+    live = done.logical_not().nonzero().squeeze(1)  # (B'',)
+    if live.numel() == 0:
+        return None
+    beams.select(live)
+    return keep.view(nb, k)[live].view(-1), live
+
+
+def decode_batch(
+    model: SearchModel,
+    src: Tensor,
+    cfg: DecodeConfig,
+    min_len: int = 0,
+    sentences: list[int] | None = None,
+) -> list[list[Hypothesis]]:
+    """Translate a batch of sources (B, S) with the method in cfg: cfg.nbest hypotheses each,
+    at least min_len tokens long (EOS included) unless the max length a * |src| + b is lower.
+    `sentences`: the index of each source in the whole input, which seeds its samples (default:
+    its row)."""
+    max_len = max_lengths(src, cfg.max_len_a, cfg.max_len_b)  # (B,)
+    if cfg.method == SearchKind.greedy:
+        return [[h] for h in greedy_search(model, src, max_len, min_len)]
+    if cfg.method == SearchKind.sample:
+        index = sentences if sentences is not None else list(range(src.size(0)))
+        return sample_search(model, src, max_len, cfg, index, min_len)
+    return beam_search(model, src, max_len, cfg, min_len)
+
+
+def pad_sources(seqs: list[list[int]], max_len: int, device: torch.device) -> Tensor:
+    """Sources as a (B, S) tensor: each truncated to max_len tokens, then EOS, then padding."""
+    rows = [torch.tensor(s[:max_len] + [EOS_ID]) for s in seqs]
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=PAD_ID).to(device)
+
+
+def translate_ids(
+    model: SearchModel,
+    src_ids: list[list[int]],
+    cfg: DecodeConfig,
+    max_src_len: int = 1024,
+    min_len: int = 0,
+) -> list[list[Hypothesis]]:
+    """Decode many sources in length-sorted batches; results come back in input order."""
+    device = next(model.parameters()).device
+    results: list[list[Hypothesis]] = [[] for _ in src_ids]
+    was_training = model.training
+    model.eval()
+    for index in sentence_batches([len(s) for s in src_ids], cfg.batch_size):
+        src = pad_sources([src_ids[i] for i in index], max_src_len, device)  # (B, S)
+        found = decode_batch(model, src, cfg, min_len, index)
+        for i, hyps in zip(index, found, strict=True):
+            results[i] = hyps
+    model.train(was_training)
+    return results

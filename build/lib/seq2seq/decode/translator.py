@@ -1,0 +1,168 @@
+"""The Python API: a trained model as an object that translates lists of strings, no Hydra.
+
+    from seq2seq import Translator
+
+    translator = Translator.from_checkpoint("outputs/.../checkpoints/best.pt", device="cpu")
+    translator.translate(["a man rides a bike ."], beam_size=5)          # -> ["ein Mann ..."]
+    translator.translate_nbest(["a man rides a bike ."], nbest=3)      # -> [[Translation], ...]
+    translator.translate(["a man rides a bike ."], method="sample", top_p=0.9, seed=7)
+    Translator.from_checkpoint(["a.pt", "b.pt"])                          # an ensemble
+    translator.translate_nbest(texts, attention=True)[0][0].alignment()   # -> [(0, 0), ...]
+
+It decodes as the checkpoint's run was tested (`decode` of its config); keyword arguments
+change single settings (the fields of config.DecodeConfig). seq2seq-translate and
+seq2seq-evaluate use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from seq2seq import kernels
+from seq2seq.config.schema import (
+    DecodeConfig,
+    LengthPenaltyKind,
+    SearchKind,
+    TrainConfig,
+    check_decode,
+)
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decode.alignment import check_layer, hard_alignment, translation_attention
+from seq2seq.decode.ensemble import SearchModel
+from seq2seq.decode.load import load_ensemble, load_for_inference
+from seq2seq.decode.search import translate_ids
+from seq2seq.errors import ConfigError
+from seq2seq.model.transformer import EncoderDecoder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Translation:
+    """One hypothesis: its detokenized text and its score (search.Hypothesis.score)."""
+
+    text: str
+    score: float
+    tokens: list[int] = field(default_factory=list)  # its ids, without EOS
+    # when asked for: cross-attention (L, T + 1, S + 1) of each decoder layer, heads averaged;
+    # rows: its tokens then EOS, columns: the source tokens then EOS (seq2seq/decode/alignment.py)
+    attention: Tensor | None = None
+
+    def alignment(self, layer: int = -1) -> list[tuple[int, int]]:
+        """(source index, target index) pairs, 0-based tokens without EOS: each target token's
+        most attended source token in decoder layer `layer` (needs `attention`)."""
+        if self.attention is None:
+            raise ValueError("no attention: translate with attention=True")
+        return hard_alignment(self.attention[check_layer(layer, self.attention.size(0))])
+
+
+class Translator:
+    """A checkpoint's model and tokenizers, loaded once. `translate` may be called from several
+    threads: the model is used by one call at a time."""
+
+    def __init__(
+        self, model: SearchModel, src_tok: Tokenizer, tgt_tok: Tokenizer, cfg: TrainConfig
+    ) -> None:
+        """A model in eval mode, its tokenizers and the config it was trained with."""
+        self.model, self.src_tok, self.tgt_tok, self.cfg = model, src_tok, tgt_tok, cfg
+        self.decode = cfg.decode  # the settings its run was tested with
+        self.lock = threading.Lock()
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path | Sequence[str | Path], device: str = "auto"
+    ) -> Translator:
+        """Load a checkpoint (best.pt, last.pt, an average): a CheckpointError names a bad one.
+        Several paths make an ensemble (seq2seq/decode/ensemble.py) that decodes with the first
+        one's settings; their tokenizers must be the same."""
+        kernels.setup_process()  # oneDNN's cache caps, before the first product
+        if isinstance(path, (str, Path)):
+            return cls(*load_for_inference(path, device))
+        if len(path) == 1:
+            return cls(*load_for_inference(path[0], device))
+        return cls(*load_ensemble(path, device))
+
+    def decoder_layers(self) -> int:
+        """The model's decoder layers (an ensemble's first model's)."""
+        model = self.model if isinstance(self.model, EncoderDecoder) else self.model.members[0]
+        return len(model.decoder)
+
+    def single(self, what: str) -> EncoderDecoder:
+        """The model itself; an ensemble is a ConfigError: `what` needs one checkpoint."""
+        if not isinstance(self.model, EncoderDecoder):
+            raise ConfigError(f"{what} takes one checkpoint, not an ensemble: give ckpt=PATH")
+        return self.model
+
+    def settings(self, **changes: Any) -> DecodeConfig:
+        """The checkpoint's decoding settings with `changes` (DecodeConfig's fields). Giving
+        beam_size alone also chooses the search: beam above 1, greedy at 1."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(DecodeConfig)}
+        if unknown:
+            names = ", ".join(f.name for f in dataclasses.fields(DecodeConfig))
+            raise TypeError(f"unknown decoding settings {sorted(unknown)}; they are: {names}")
+        if "beam_size" in changes and "method" not in changes:
+            changes["method"] = SearchKind.beam if changes["beam_size"] > 1 else SearchKind.greedy
+        if isinstance(changes.get("method"), str):
+            changes["method"] = SearchKind(changes["method"])
+        if isinstance(changes.get("length_penalty"), str):
+            changes["length_penalty"] = LengthPenaltyKind(changes["length_penalty"])
+        decode = dataclasses.replace(self.decode, **changes)
+        check_decode(decode)
+        return decode
+
+    def translate(self, texts: Sequence[str], **changes: Any) -> list[str]:
+        """The best translation of each text, in order; a blank text gives ""."""
+        return [n[0].text for n in self.translate_nbest(texts, **changes)]
+
+    def translate_nbest(
+        self, texts: Sequence[str], attention: bool = False, **changes: Any
+    ) -> list[list[Translation]]:
+        """Up to `nbest` (a decoding setting) translations of each text, best first (samples:
+        in the order drawn), with their scores; with `attention`, their cross-attention too."""
+        return self.hypotheses(texts, self.settings(**changes), attention)
+
+    def hypotheses(
+        self, texts: Sequence[str], decode: DecodeConfig, attention: bool = False
+    ) -> list[list[Translation]]:
+        """Translations of `texts` with the settings `decode` (and their `attention` when
+        asked). Words or characters unseen in training become <unk>; texts over the model's
+        data.max_len tokens are truncated to it, with a warning naming them (1-based)."""
+        ids = self.src_tok.encode_batch(list(texts))
+        max_len = self.cfg.data.max_len
+        long = [i + 1 for i, x in enumerate(ids) if len(x) > max_len]
+        if long:
+            shown = ", ".join(map(str, long[:5])) + (", ..." if len(long) > 5 else "")
+            log.warning(
+                "%d input lines exceed %d tokens (data.max_len of the model) and are truncated "
+                "to it: lines %s",
+                len(long),
+                max_len,
+                shown,
+            )
+        with self.lock:
+            found = translate_ids(self.model, ids, decode, max_len)
+            weights: list[list[Tensor | None]] = [[None] * len(n) for n in found]
+            if attention:
+                weights = [
+                    list(w)
+                    for w in translation_attention(
+                        self.model, ids, found, max_len, decode.batch_size
+                    )
+                ]
+        return [
+            [
+                Translation(
+                    self.tgt_tok.decode(h.tokens) if text.strip() else "", h.score, h.tokens, w
+                )
+                for h, w in zip(n, ws, strict=True)
+            ]
+            for text, n, ws in zip(texts, found, weights, strict=True)
+        ]

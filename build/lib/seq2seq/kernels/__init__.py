@@ -1,0 +1,159 @@
+"""Every device-specific fast path, behind one small API that the model and trainer call.
+
+    linear(x, weight, bias, relu=False)        a linear layer (+ ReLU)
+    attention(q, k, v, bias, key_mask, ...)     scaled dot-product attention, masks built here
+    dropout(x, p, training)                     inverted dropout
+    output_loss(hidden, weight, target, eps)    output layer + label-smoothed loss, summed
+    attention_mask(key_mask, causal, ...)       the boolean mask attention applies (for weights)
+    setup_process(device, training, mode)       process-wide settings, once at start-up
+    resolve_device(name)                        'auto', 'cpu', 'cuda:N' -> a device that exists
+
+Two modes (trainer.kernels):
+- auto (the default): CPU tensors take the fast CPU kernels (cpu.py: oneDNN linears with
+  packed weights, 16-bit dropout masks, attention on matmuls or SDPA with padded keys;
+  loss.py: the chunked output layer + loss); tensors on any other device, CUDA included, take
+  the reference path.
+- reference: plain PyTorch everywhere (reference.py): F.linear, F.scaled_dot_product_attention,
+  F.dropout, and F.cross_entropy(label_smoothing=...) on full logits.
+Both compute the same function: outputs and gradients agree to float rounding (the dropout
+masks differ). The mode is process-wide, like the settings of setup_process.
+
+Importing this package changes nothing outside it: no environment variable, no allocator
+setting. setup_process makes those changes, at the entry points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor
+
+from seq2seq.errors import ConfigError
+from seq2seq.kernels import cpu, onednn, reference
+from seq2seq.kernels.allocator import keep_freed_memory
+from seq2seq.kernels.loss import linear_label_smoothed_nll
+from seq2seq.kernels.reference import Values, attention_mask
+
+MODES = ("auto", "reference")
+_mode = "auto"
+
+
+def set_mode(mode: str) -> None:
+    """Choose the kernels for the whole process: "auto" or "reference" (see the docstring)."""
+    global _mode
+    mode = getattr(mode, "value", mode)  # a config enum
+    if mode not in MODES:
+        raise ValueError(f"kernels mode {mode!r} is unknown; use one of {', '.join(MODES)}")
+    _mode = mode
+
+
+def get_mode() -> str:
+    return _mode
+
+
+@contextmanager
+def use(mode: str) -> Iterator[None]:
+    """Run a block with the kernels of `mode`, then go back to the previous mode."""
+    previous = _mode
+    set_mode(mode)
+    try:
+        yield
+    finally:
+        set_mode(previous)
+
+
+def setup_process(
+    device: torch.device | str | None = None, training: bool = False, mode: str = "auto"
+) -> None:
+    """Process-wide settings, made by the entry points before any work (never on import):
+    the kernels' mode; oneDNN's cache capacities unless the user exported them (they must be
+    set before the first oneDNN product); and, for training on a CPU, glibc's malloc keeps
+    freed memory for reuse (allocator.py)."""
+    set_mode(mode)
+    onednn.cap_caches()
+    if training and device is not None and torch.device(device).type == "cpu":
+        keep_freed_memory()
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
+    """x @ weight.T + bias, then a ReLU if asked: (..., D_in) -> (..., D_out)."""
+    if _mode == "auto" and x.device.type == "cpu":  # inline: ~100 calls per decoding step
+        return cpu.linear(x, weight, bias, relu)
+    return reference.linear(x, weight, bias, relu)
+
+
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """Inverted dropout (Srivastava et al. 2014): x itself when not training or p == 0."""
+    if not training or p == 0:
+        return x
+    if _mode == "auto" and x.device.type == "cpu":
+        return cpu.dropout(x, p, training)
+    return reference.dropout(x, p, training)
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None = None,
+    key_mask: Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    values: Values | None = None,
+) -> Tensor:
+    """Scaled dot-product attention (Vaswani et al. 2017) of q (B, H, Tq, Dh) over k, v
+    (B, H, Tk, Dh) -> (B, H, Tq, Dh).
+
+    bias (B|1, H, Tq, Tk): added to the logits (relative encodings). key_mask (B, Tk): True at
+    keys that may be attended to. causal: query i, at position Tk - Tq + i, sees keys up to
+    there. dropout_p: on the attention weights (0 outside training). values: given the weights
+    (B, H, Tq, Tk), a term added to the output (Shaw et al.'s relative values), which makes the
+    weights explicit.
+    """
+    if _mode == "auto" and q.device.type == "cpu":
+        return cpu.attention(q, k, v, bias, key_mask, causal, dropout_p, values)
+    return reference.attention(q, k, v, bias, key_mask, causal, dropout_p, values)
+
+
+def output_loss(
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed loss (Szegedy et al. 2016) and summed NLL of hidden states (N, D)
+    through the output layer's weight (V, D), for targets (N,) without padding. Only the loss
+    carries a gradient. On a CPU in auto mode the (N, V) logits never exist (loss.py)."""
+    if _mode == "auto" and hidden.device.type == "cpu":
+        return linear_label_smoothed_nll(hidden, weight, target, eps)
+    return reference.output_loss(hidden, weight, target, eps)
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' picks CUDA when present, else the CPU. A device that does not exist here is a
+    ConfigError naming it."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ConfigError(
+            f"config: device={name!r} is invalid; use auto, cpu, cuda or cuda:N"
+        ) from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"config: device={name!r} but torch sees no CUDA GPU; use auto or cpu")
+    return device
+
+
+__all__ = [
+    "MODES",
+    "attention",
+    "attention_mask",
+    "dropout",
+    "get_mode",
+    "linear",
+    "output_loss",
+    "resolve_device",
+    "set_mode",
+    "setup_process",
+    "use",
+]

@@ -1,0 +1,132 @@
+"""The output layer fused with the label-smoothed loss, for CPU training: chunked, with its
+gradients computed in forward, so that the (N, V) logits never exist."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seq2seq.kernels import onednn
+
+# rows of gradient, at most this many bytes, that share one weight-gradient matmul
+GROUP_BYTES = 16 * 2**20
+# below this probability -log p(target) is taken from a log-sum-exp (p may have underflowed)
+TINY = 1e-30
+
+
+def _chunk_terms(
+    logits: Tensor, probs: Tensor, target: Tensor, eps: float, branchless: bool
+) -> tuple[Tensor, Tensor]:
+    """Summed loss and NLL of a chunk from its float32 logits (c, V) and their softmax (c, V):
+    -log p(t) = lse - x_t, so lse comes from p(t) unless p(t) may have underflowed. Those rows
+    get a log-sum-exp: only they on a CPU, all rows when `branchless` (on a GPU a data-dependent
+    branch would wait for the device)."""
+    x_t = logits.gather(-1, target[:, None]).squeeze(-1)  # (c,)
+    p_t = probs.gather(-1, target[:, None]).squeeze(-1)  # (c,)
+    nll = -p_t.log()  # (c,)
+    tiny = p_t < TINY  # (c,)
+    if branchless:
+        nll = torch.where(tiny, logits.logsumexp(-1) - x_t, nll)  # (c,)
+    elif bool(tiny.any()):
+        nll[tiny] = logits[tiny].logsumexp(-1) - x_t[tiny]
+    lse = x_t + nll  # (c,) log-sum-exp of the logits
+    loss = (1.0 - eps) * nll - eps * (logits.mean(-1) - lse)  # (c,)
+    return loss.sum(), nll.sum()
+
+
+class _LinearSmoothedNLL(torch.autograd.Function):
+    """Summed label-smoothed loss and NLL of hidden states (N, D) through the output layer
+    (V, D), chunk by chunk: the (N, V) logits never exist (the idea of Liger Kernel's fused
+    linear cross-entropy, Hsu et al. 2024). The gradients are computed in forward and scaled by
+    the incoming gradient in backward, so the loss must be summed (it is).
+
+    Per chunk of c rows: logits (autocast's dtype), a float32 copy and its softmax, made into
+    d loss / d logits and written into a group buffer, all in buffers allocated once. The
+    weight gradient is one matmul per group of chunks (up to GROUP_BYTES of gradient rows),
+    accumulated in float32: faster than allocating each chunk's buffers and accumulating every
+    chunk.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, eps: float, chunk: int
+    ) -> tuple[Tensor, Tensor]:
+        dtype = hidden.dtype
+        if torch.is_autocast_enabled(hidden.device.type):
+            dtype = torch.get_autocast_dtype(hidden.device.type)
+        with torch.autocast(hidden.device.type, enabled=False):
+            h_all, w = hidden.to(dtype), weight.to(dtype)  # (N, D), (V, D)
+            grads = _chunked_loss_and_grads(h_all, w, target, eps, chunk)
+        loss, nll, grad_hidden, grad_weight = grads
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.dtypes = (hidden.dtype, weight.dtype)
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor | None, ...]:
+        grad_hidden, grad_weight = ctx.saved_tensors
+        dh, dw = ctx.dtypes
+        return (grad_hidden * grad_loss).to(dh), (grad_weight * grad_loss).to(dw), None, None, None
+
+
+def _chunked_loss_and_grads(
+    h_all: Tensor, w: Tensor, target: Tensor, eps: float, chunk: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Summed loss and NLL, d loss / d hidden (N, D) and d loss / d weight (V, D, float32) of
+    hidden states (N, D) and output weights (V, D) of one dtype (see _LinearSmoothedNLL)."""
+    (n, _), (v, _) = h_all.shape, w.shape
+    fp32, branchless = h_all.dtype == torch.float32, h_all.device.type != "cpu"
+    fast = onednn.usable(h_all, w)  # float32 products on oneDNN (see onednn.py)
+    w_packed = onednn.pack(w) if fast else w  # (V, D) in oneDNN's layout, for the logits
+    chunk = max(1, min(chunk, n))
+    per_group = max(1, GROUP_BYTES // (chunk * v * h_all.element_size()))  # chunks
+    logits = h_all.new_empty(0 if fast else chunk, v)  # (c, V) in `dtype`; oneDNN makes its own
+    # float32 copies of the logits and their softmax (in fp32: the logits, and the group rows)
+    x32 = logits if fp32 else logits.new_empty(chunk, v, dtype=torch.float32)  # (c, V)
+    probs = None if fp32 else torch.empty_like(x32)  # (c, V)
+    group = h_all.new_empty(min(per_group * chunk, n), v)  # (g, V) rows of d loss / d logits
+    grad_hidden = torch.empty_like(h_all)  # (N, D)
+    grad_weight = onednn.weight_grad_zeros(v, w.size(1), h_all)  # (V, D) float32
+    loss = nll = torch.zeros((), device=h_all.device)
+    for start in range(0, n, chunk):
+        end, g0 = min(start + chunk, n), start - start % group.size(0)  # g0: the group's start
+        h, t, rows = h_all[start:end], target[start:end], end - start
+        grad = group[start - g0 : end - g0]  # (c, V)
+        if fast:
+            x = onednn.matmul_t(h, w_packed)  # (c, V) float32, a new tensor
+        else:
+            torch.mm(h, w.T, out=logits[:rows])  # (c, V)
+            x = x32[:rows] if fp32 else x32[:rows].copy_(logits[:rows])  # (c, V) float32
+        p = torch.softmax(x, -1, out=grad if probs is None else probs[:rows])  # (c, V)
+        loss_c, nll_c = _chunk_terms(x, p, t, eps, branchless)
+        loss, nll = loss + loss_c, nll + nll_c
+        smoothed_grad(p, t, eps)  # (c, V) in float32
+        if probs is not None:
+            grad.copy_(p)  # (c, V) in `dtype`
+        grad_hidden[start:end] = onednn.matmul_t(grad, w.T)  # (c, D)
+        if end == n or end - g0 == group.size(0):  # the group is complete
+            g, hg = group[: end - g0], h_all[g0:end]  # (g, V), (g, D)
+            if fp32 and not fast:
+                grad_weight.addmm_(g.T, hg)  # (V, D)
+            else:  # in bf16, autocast's dtype as for any linear layer, summed in float32
+                grad_weight.add_(onednn.weight_grad(g, hg))  # (V, D)
+    return loss, nll, grad_hidden, grad_weight
+
+
+def linear_label_smoothed_nll(
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, chunk: int = 256
+) -> tuple[Tensor, Tensor]:
+    """label_smoothed_nll(hidden @ weight.T, target, eps) for hidden states (N, D), output
+    weights (V, D) and targets (N,) without padding, computed `chunk` rows at a time: on a CPU
+    the (N, V) logits' passes over memory would dominate the time. Only the loss carries a
+    gradient."""
+    return _LinearSmoothedNLL.apply(hidden, weight, target, eps, chunk)
+
+
+def smoothed_grad(probs: Tensor, target: Tensor, eps: float) -> Tensor:
+    """d loss / d logits = softmax - (1 - eps) * onehot - eps / V, written into `probs` (N, V)."""
+    probs.sub_(eps / probs.size(-1))
+    return probs.scatter_add_(-1, target[:, None], probs.new_full((target.numel(), 1), eps - 1.0))

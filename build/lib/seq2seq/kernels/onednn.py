@@ -1,0 +1,168 @@
+"""float32 matrix products on oneDNN, for linear layers and the loss on a CPU.
+
+PyTorch's float32 CPU matmuls (F.linear, torch.mm) call MKL's SGEMM, and on AMD CPUs MKL takes
+a code path far below the hardware, where oneDNN's JIT kernels run the same products near the
+peak (docs/BENCHMARKS.md, "Kernel notes"). bfloat16 matmuls already go to oneDNN. Here float32
+ones go there too, through `mkldnn::_linear_pointwise`, the op that torch.compile emits for CPU
+linear layers: forward, both gradients, and the fused loss.
+
+Set ENABLED to False to keep F.linear and torch.mm everywhere.
+
+oneDNN caches what it builds for each new shape: its primitive cache and ideep's LRU cache hold
+1,024 entries each by default, and every batch brings new shapes (its token count), so memory
+grew as training went on, while a step's products share few shapes. `cap_caches` (called by
+seq2seq.kernels.setup_process at start-up, never on import) sets both capacities to
+CACHE_CAPACITY unless they are set already; oneDNN reads them when it first runs, so that must
+happen before the process's first oneDNN product.
+
+Decoding multiplies by weights kept in oneDNN's blocked layout (`_packed`), made again when a
+weight changes: a load or an in-place write bumps its version, and any optimizer's step, which
+may write without bumping it (fused AdamW does), drops the stepped weights' packed copies
+(`_forget_stepped`, a global optimizer hook installed when the first weight is packed).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils.hooks import RemovableHandle
+from torch.utils.weak import WeakIdKeyDictionary
+
+CACHE_CAPACITY = 16  # oneDNN primitives and ideep computations cached, each (see above)
+CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+
+ENABLED = torch.backends.mkldnn.is_available() and all(
+    hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight")
+)
+_ACTIVATION = {False: "none", True: "relu"}  # fused after the matmul
+# weight -> ((data pointer, version), its copy in oneDNN's blocked layout)
+_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_STEP_HOOK: list[RemovableHandle] = []  # the optimizer hook, once installed
+
+
+def cap_caches() -> None:
+    """Cap oneDNN's two shape caches at CACHE_CAPACITY entries each, unless the user exported
+    the variables (see the module docstring)."""
+    for variable in CACHE_VARIABLES:
+        os.environ.setdefault(variable, str(CACHE_CAPACITY))
+
+
+def _autocast_cpu() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled()
+
+
+def usable(*tensors: Tensor) -> bool:
+    """Whether products of these tensors go to oneDNN: float32 on a CPU, outside autocast."""
+    return (
+        ENABLED
+        and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+        and not _autocast_cpu()
+    )
+
+
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, relu: bool = False) -> Tensor:
+    """x @ weight.T (+ bias, then ReLU) on oneDNN; x (..., K), weight (N, K), each row-major or
+    transposed (x is then copied)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, _ACTIVATION[relu], [], "")
+
+
+def matmul_t(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b.T for a (M, K) and b (N, K), each row-major or transposed, on oneDNN where
+    `usable`."""
+    return _linear(a, b) if usable(a, b) else a @ b.T
+
+
+def weight_grad(grad: Tensor, x: Tensor) -> Tensor:
+    """grad.T @ x (N, K) for grad (M, N) and x (M, K): a linear layer's weight gradient, summed
+    over M rows. oneDNN runs it faster with the smaller of N and K as the output's rows, so for
+    N > K it computes x.T @ grad and returns its transpose."""
+    if not usable(grad, x):
+        return grad.T @ x
+    if grad.size(1) <= x.size(1):
+        return _linear(grad.T, x.T)  # (N, K)
+    return _linear(x.T, grad.T).T  # (N, K), transposed strides
+
+
+def pack(weight: Tensor) -> Tensor:
+    """`weight` (N, K) reordered into oneDNN's blocked layout, for `matmul_t` and `_linear`:
+    the products then run faster. Counting the reorder, packing a weight for one training step
+    pays only when N > K."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+
+
+def weight_grad_zeros(n: int, k: int, operand: Tensor) -> Tensor:
+    """Float32 zeros (N, K) laid out as `weight_grad` returns gradients of `operand`'s dtype and
+    device (transposed when N > K), so that summing those into it runs in memory order."""
+    if n > k and usable(operand):
+        return torch.zeros(k, n, device=operand.device).T  # (N, K)
+    return torch.zeros(n, k, device=operand.device)  # (N, K)
+
+
+def _forget_stepped(optimizer: torch.optim.Optimizer, *_: Any) -> None:
+    """After any optimizer's step: drop the packed copies of the weights it stepped, which it
+    may have written without bumping their versions (fused AdamW does)."""
+    if len(_PACKED) == 0:
+        return
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            _PACKED.pop(param, None)
+
+
+def _packed(weight: Tensor) -> Tensor:
+    """`weight` reordered into oneDNN's blocked layout once, and again whenever it changes (a
+    load or an in-place write bumps its version; an optimizer step drops the copy): faster than
+    the plain layout when decoding, whose weights are no longer in cache."""
+    key = (weight.data_ptr(), weight._version)
+    hit = _PACKED.get(weight)
+    if hit is None or hit[0] != key:
+        if not _STEP_HOOK:  # from now on, every optimizer's step is seen
+            hook = register_optimizer_step_post_hook(_forget_stepped)
+            _STEP_HOOK.append(hook)
+        hit = (key, pack(weight))
+        _PACKED[weight] = hit
+    return hit[1]
+
+
+class _Linear(torch.autograd.Function):
+    """A linear layer (+ ReLU) whose forward and backward products all run on oneDNN."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool) -> Tensor:
+        rows = x.reshape(-1, x.size(-1))  # (M, K)
+        wide = weight.size(0) > weight.size(1)  # packing pays for itself (see `pack`)
+        out = _linear(rows, pack(weight) if wide else weight, bias, relu)  # (M, N)
+        ctx.save_for_backward(rows, weight, out if relu else None)
+        ctx.relu, ctx.has_bias, ctx.x_shape = relu, bias is not None, x.shape
+        return out.view(*x.shape[:-1], out.size(-1))  # (..., N)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        rows, weight, out = ctx.saved_tensors
+        grad = grad_out.reshape(-1, grad_out.size(-1))  # (M, N)
+        if ctx.relu:
+            grad = torch.ops.aten.threshold_backward(grad, out, 0)  # (M, N) zero where out is
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _linear(grad, weight.T).view(ctx.x_shape)  # (..., K)
+        if ctx.needs_input_grad[1]:
+            grad_w = weight_grad(grad, rows)  # (N, K)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = grad.sum(0)  # (N,)
+        return grad_x, grad_w, grad_b, None
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
+    """x @ weight.T + bias, then a ReLU if asked, on oneDNN: (..., K) -> (..., N). The caller
+    checks `usable(x, weight)`. With gradients, all three products of `_Linear`; without
+    (decoding), the weight in oneDNN's blocked layout, kept until it changes."""
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return _Linear.apply(x, weight, bias, relu)
+    packed = weight if weight.is_inference() else _packed(weight)  # no version to follow
+    return _linear(x, packed, bias, relu)

@@ -1,0 +1,126 @@
+"""Plain PyTorch kernels: F.linear, F.scaled_dot_product_attention, F.dropout, and
+F.cross_entropy(label_smoothing=...) on full logits.
+
+What trainer.kernels=reference runs everywhere, and what runs on any device but the CPU (CUDA)
+in auto mode. Also the pieces the CPU kernels share: the attention mask, SDPA's calls, and
+attention with explicit weights.
+
+Shapes: B batch, H heads, Tq queries, Tk keys, Dh = head width, N rows, V vocabulary.
+Masks are boolean with True where a key may be attended to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+# Shaw et al.'s relative values: attention weights (B, H, Tq, Tk) -> a term (B, H, Tq, Dh)
+Values = Callable[[Tensor], Tensor | None]
+Dropout = Callable[[Tensor, float, bool], Tensor]
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
+    """x @ weight.T + bias, then a ReLU if asked: (..., D_in) -> (..., D_out)."""
+    out = F.linear(x, weight, bias)
+    return F.relu(out) if relu else out
+
+
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """Inverted dropout (Srivastava et al. 2014), skipped outright when it does nothing (a
+    decoding step would call it for every layer)."""
+    if not training or p == 0:
+        return x
+    return F.dropout(x, p, True)
+
+
+def attention_mask(
+    key_mask: Tensor | None, causal: bool, q_len: int, k_len: int, device: torch.device
+) -> Tensor | None:
+    """Boolean (B or 1, 1, Tq, Tk) mask, True where attention is allowed (None: all allowed)."""
+    mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, Tk)
+    if causal and q_len > 1:
+        # query i sits at position k_len - q_len + i and sees keys up to there
+        allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+        allowed = allowed.tril(diagonal=k_len - q_len)  # (Tq, Tk)
+        mask = allowed[None, None] if mask is None else mask & allowed
+    return mask
+
+
+def sdpa(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    mask: Tensor | None,
+    key_mask: Tensor | None,
+    dropout_p: float,
+) -> Tensor:
+    """F.scaled_dot_product_attention of q (B, H, Tq, Dh) over k, v (B, H, Tk, Dh), given the
+    logits' bias and the `attention_mask` built from `key_mask`: no mask, or is_causal, where
+    they suffice (SDPA's faster kernels), else one float mask holding both."""
+    if bias is None and mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    if bias is None and key_mask is None and q.size(-2) == k.size(-2):  # causal only
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    if bias is not None:
+        mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+def explicit_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    mask: Tensor | None,
+    dropout_p: float,
+    values: Values | None,
+    drop: Dropout = dropout,
+) -> Tensor:
+    """softmax(q k^T / sqrt(Dh) + bias, masked) v with the weights (B, H, Tq, Tk) written out:
+    a float32 softmax, dropped out by `drop`, then `values(weights)` added when given."""
+    logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if bias is not None:
+        logits = logits + bias
+    if mask is not None:
+        logits = logits.masked_fill(~mask, float("-inf"))
+    weights = logits.softmax(-1, dtype=torch.float32).to(v.dtype)  # (B, H, Tq, Tk)
+    weights = drop(weights, dropout_p, True)
+    out = weights @ v  # (B, H, Tq, Dh)
+    extra = None if values is None else values(weights)
+    return out if extra is None else out + extra
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    key_mask: Tensor | None,
+    causal: bool,
+    dropout_p: float,
+    values: Values | None,
+) -> Tensor:
+    """Scaled dot-product attention (B, H, Tq, Dh) on SDPA; with explicit weights when the
+    positional encoding's `values` needs them."""
+    mask = attention_mask(key_mask, causal, q.size(-2), k.size(-2), q.device)
+    if values is not None:
+        return explicit_attention(q, k, v, bias, mask, dropout_p, values)
+    return sdpa(q, k, v, bias, mask, key_mask, dropout_p)
+
+
+def output_loss(
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed loss and summed NLL of hidden states (N, D) through the output
+    layer (V, D), from the full float32 logits (N, V); targets (N,) hold no padding. Only the
+    loss carries a gradient."""
+    logits = F.linear(hidden, weight).float()  # (N, V)
+    loss = F.cross_entropy(logits, target, reduction="sum", label_smoothing=eps)
+    with torch.no_grad():
+        nll = F.cross_entropy(logits, target, reduction="sum")
+    return loss, nll

@@ -1,0 +1,167 @@
+"""The encoder-decoder Transformer (Vaswani et al. 2017): `encode`, `decode` (logits, for the
+searches), `forward` (the teacher-forced training loss) and `logits` (teacher-forced logits).
+
+Token ids follow seq2seq.data.tokenizer: PAD_ID marks padding. Sources end in EOS; decoder
+inputs start with BOS (teacher forcing: BOS + target, labels: target + EOS).
+"""
+
+from __future__ import annotations
+
+import math
+
+from torch import Tensor, nn
+
+from seq2seq import kernels
+from seq2seq.config.schema import ModelConfig, PosEncodingConfig, TrainConfig
+from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.model.layers import DecoderLayer, EncoderLayer, LayerCache, LayerSpec, Linear
+from seq2seq.model.positional import PositionalEncoding, build_positional
+
+
+class EncoderDecoder(nn.Module):
+    """Encoder-decoder Transformer (Vaswani et al. 2017, "Attention Is All You Need").
+
+    Embeddings are scaled by sqrt(D); the output head is a linear map, optionally tied to the
+    target embeddings (Press & Wolf 2017), and the source and target may share one embedding
+    matrix when their vocabulary is joint.
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        src_vocab: int,
+        tgt_vocab: int,
+        enc_pos: PositionalEncoding,
+        dec_pos: PositionalEncoding,
+    ) -> None:
+        super().__init__()
+        spec = LayerSpec(
+            cfg.d_model,
+            cfg.n_heads,
+            cfg.d_ff,
+            cfg.dropout,
+            cfg.attn_dropout,
+            cfg.ffn_dropout,
+            cfg.norm_first,
+        )
+        self.cfg, self.scale = cfg, math.sqrt(cfg.d_model)
+        self.src_embed = nn.Embedding(src_vocab, cfg.d_model, padding_idx=PAD_ID)
+        if cfg.share_embeddings:
+            if src_vocab != tgt_vocab:
+                raise ValueError(
+                    f"model.share_embeddings needs one vocabulary, got {src_vocab} source and "
+                    f"{tgt_vocab} target tokens: set tokenizer.joint=true or share_embeddings=false"
+                )
+            self.tgt_embed = self.src_embed
+        else:
+            self.tgt_embed = nn.Embedding(tgt_vocab, cfg.d_model, padding_idx=PAD_ID)
+        self.enc_pos, self.dec_pos = enc_pos, dec_pos
+        # layer i's self-attention uses pos.layer(i): the stack's encoding or its own tables
+        self.encoder = nn.ModuleList(
+            EncoderLayer(spec, enc_pos.layer(i)) for i in range(cfg.enc_layers)
+        )
+        self.decoder = nn.ModuleList(
+            DecoderLayer(spec, dec_pos.layer(i)) for i in range(cfg.dec_layers)
+        )
+        # pre-norm stacks end in a LayerNorm; post-norm layers already end in one
+        self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.out = Linear(cfg.d_model, tgt_vocab, bias=False)
+        self._init_weights()
+        if cfg.tie_output:
+            self.out.weight = self.tgt_embed.weight
+
+    def _init_weights(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for emb in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(emb.weight, std=self.cfg.d_model**-0.5)
+            nn.init.zeros_(emb.weight[PAD_ID])
+
+    def _embed(
+        self, ids: Tensor, table: nn.Embedding, pos: PositionalEncoding, offset: int
+    ) -> Tensor:
+        x = table(ids) * self.scale  # (B, T, D)
+        return kernels.dropout(pos.embed(x, offset), self.cfg.dropout, self.training)
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src (B, S) ids -> memory (B, S, D) and src_mask (B, S), True at real tokens."""
+        src_mask = src.ne(PAD_ID)  # (B, S)
+        x = self._embed(src, self.src_embed, self.enc_pos, 0)  # (B, S, D)
+        for layer in self.encoder:
+            x = layer(x, src_mask)
+        return self.enc_norm(x), src_mask
+
+    def decode_states(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        cache: list[LayerCache] | None = None,
+    ) -> Tensor:
+        """Decoder inputs (N, T) -> the final hidden states (N, T, D), before the output layer.
+
+        memory (B, S, D) and src_mask (B, S) may have one row per sentence for N = B * G decoder
+        rows, G hypotheses per sentence in sentence-major order (beam search).
+        With a cache (one LayerCache per layer, see `new_cache`), tgt_in holds only the tokens
+        not yet seen; positions continue from the cache's length.
+        """
+        offset = 0 if cache is None else cache[0].length
+        x = self._embed(tgt_in, self.tgt_embed, self.dec_pos, offset)  # (N, T, D)
+        for i, layer in enumerate(self.decoder):
+            x = layer(x, memory, src_mask, None if cache is None else cache[i])
+        return self.dec_norm(x)  # (N, T, D)
+
+    def decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        cache: list[LayerCache] | None = None,
+    ) -> Tensor:
+        """Decoder inputs (N, T) -> logits (N, T, V): `decode_states` through the output layer."""
+        return self.out(self.decode_states(tgt_in, memory, src_mask, cache))  # (N, T, V)
+
+    def new_cache(self, capacity: int = 0) -> list[LayerCache]:
+        """Empty per-layer key/value caches for incremental decoding, with room for `capacity`
+        positions before they grow."""
+        return [LayerCache(capacity) for _ in self.decoder]
+
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float
+    ) -> tuple[Tensor, Tensor]:
+        """Teacher forcing: the summed label-smoothed loss and the summed NLL of the labels
+        tgt_out (B, T) for sources (B, S) and decoder inputs (B, T) (BOS + target), over the
+        non-pad labels. The output layer and the loss are one kernel (kernels.output_loss), so
+        no logits are formed for padding (nor at all on the fused CPU path). Only the loss
+        carries a gradient.
+        """
+        memory, src_mask = self.encode(src)
+        hidden = self.decode_states(tgt_in, memory, src_mask)  # (B, T, D)
+        real = tgt_out.ne(PAD_ID)  # (B, T)
+        rows = real.flatten().nonzero().squeeze(1)  # (K,)
+        # index_select: its backward (index_add_) is faster on a CPU than a boolean mask's
+        kept = hidden.flatten(0, 1).index_select(0, rows)  # (K, D)
+        return kernels.output_loss(kept, self.out.weight, tgt_out[real], label_smoothing)
+
+    def logits(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, V) for sources (B, S) and decoder inputs (B, T)."""
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt_in, memory, src_mask)  # (B, T, V)
+
+    def num_params(self) -> int:
+        """Trainable parameters, counting shared matrices once."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def build_model(cfg: TrainConfig, src_vocab: int, tgt_vocab: int) -> EncoderDecoder:
+    """The Transformer, with the encoder and decoder positional encodings from cfg."""
+    m = cfg.model
+    enc_cfg: PosEncodingConfig = cfg.encoder_pos or cfg.pos_encoding
+    dec_cfg: PosEncodingConfig = cfg.decoder_pos or cfg.pos_encoding
+    enc_pos = build_positional(enc_cfg, m.d_model, m.n_heads, False, m.enc_layers)
+    dec_pos = build_positional(dec_cfg, m.d_model, m.n_heads, True, m.dec_layers)
+    return EncoderDecoder(m, src_vocab, tgt_vocab, enc_pos, dec_pos)

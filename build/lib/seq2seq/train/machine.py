@@ -1,0 +1,70 @@
+"""What machine a figure was measured on: CPU model and vendor, cores, torch version, date.
+
+Every speed figure depends on the CPU (bf16 pays on some and not on others; MKL is slow on AMD), so
+results.json and every benchmark JSON carry this. torch is imported only inside `describe`, so a
+process that must not load torch can import this module.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+
+def _lscpu() -> dict[str, str]:
+    """lscpu's "Key: value" lines (empty where lscpu is missing or fails)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    pairs = (line.split(":", 1) for line in out.stdout.splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's entries of /proc/cpuinfo (empty off Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    pairs = (line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def cpu_info() -> dict[str, str]:
+    """{"cpu_model": ..., "cpu_vendor": ...}: lscpu first, /proc/cpuinfo as the fallback (lscpu
+    also names ARM cores, whose /proc/cpuinfo has no "model name")."""
+    lscpu, info = _lscpu(), _cpuinfo()
+    model = lscpu.get("Model name") or info.get("model name") or platform.processor()
+    vendor = lscpu.get("Vendor ID") or info.get("vendor_id") or ""
+    return {"cpu_model": model or platform.machine(), "cpu_vendor": vendor}
+
+
+def describe() -> dict[str, object]:
+    """CPU model and vendor, cores, torch version and threads, GPU (or None), Python, date."""
+    import torch
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    return {
+        **cpu_info(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "gpu": gpu,
+        "python": platform.python_version(),
+        "date": dt.date.today().isoformat(),
+    }
+
+
+def summary(info: dict[str, object]) -> str:
+    """One line: 'AMD EPYC (AuthenticAMD), 2 cores, torch 2.13.0+cpu (2 threads), Python 3.11.7'
+    (and the GPU)."""
+    vendor = f" ({info['cpu_vendor']})" if info.get("cpu_vendor") else ""
+    gpu = f", {info['gpu']}" if info.get("gpu") else ""
+    return (
+        f"{info['cpu_model']}{vendor}, {info['cores']} cores, torch {info['torch']} "
+        f"({info['threads']} threads){gpu}, Python {info['python']}"
+    )

@@ -1,0 +1,107 @@
+"""trainer.precision=auto: the training precision that is faster on this machine, measured.
+
+Whether bfloat16 autocast pays on a CPU depends on the CPU, not on its instruction flags alone:
+on some AMD EPYC boxes our step is much faster in bf16, on an Intel Xeon with AVX512-BF16 but no
+AMX it is slower than fp32 (docs/BENCHMARKS.md names the CPUs). So on a CPU the choice is timed on
+the run's own model and batches before training; on CUDA, bf16 is taken where the GPU supports it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+from seq2seq.config.schema import Precision
+from seq2seq.train.checkpoint import restore_rng, rng_state
+from seq2seq.train.distributed import broadcast
+
+log = logging.getLogger(__name__)
+
+CANDIDATES = (Precision.fp32, Precision.bf16)  # what auto chooses between on a CPU
+TIMED_ROUNDS = 3  # timed steps per candidate, after one untimed warm-up step each
+
+
+def time_precisions(
+    step: Callable[[Precision, int], None], rounds: int = TIMED_ROUNDS
+) -> dict[Precision, float]:
+    """Median seconds of `step(precision, round)` per candidate. Round 0 warms each candidate's
+    kernels up untimed; the candidates alternate within every round, so a slow spell of the
+    machine falls on both."""
+    seconds: dict[Precision, list[float]] = {p: [] for p in CANDIDATES}
+    for round_ in range(rounds + 1):
+        for precision in CANDIDATES:
+            start = time.perf_counter()
+            step(precision, round_)
+            if round_ > 0:
+                seconds[precision].append(time.perf_counter() - start)
+    return {p: statistics.median(s) for p, s in seconds.items()}
+
+
+def faster(times: dict[Precision, float]) -> Precision:
+    """The candidate with the shortest step (fp32 on a tie: it is the exact one)."""
+    return min(CANDIDATES, key=lambda p: (times[p], p != Precision.fp32))
+
+
+def device_default(device: torch.device) -> Precision | None:
+    """The choice where no timing is needed: bf16 on a CUDA GPU that supports it, fp32 there
+    otherwise and on other non-CPU devices; None on a CPU (time it)."""
+    if device.type == "cpu":
+        return None
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return Precision.bf16
+    return Precision.fp32
+
+
+def resolve(
+    asked: Precision,
+    resumed: str,
+    device: torch.device,
+    timing: Callable[[], dict[Precision, float]],
+) -> tuple[Precision, dict[str, float]]:
+    """The precision to train in, and auto's step times on a CPU (else {}): `asked` unless it
+    is auto; auto keeps a resumed run's choice (`resumed`, "" for a new run), takes
+    device_default on a GPU, and on a CPU calls `timing` and keeps the faster (rank 0's choice
+    binds every rank)."""
+    if asked != Precision.auto:
+        return asked, {}
+    if resumed:
+        log.info("precision auto: %s, as chosen when the run started", resumed)
+        return Precision(resumed), {}
+    chosen = device_default(device)
+    if chosen is not None:
+        log.info("precision auto: %s on %s", chosen.value, device)
+        return chosen, {}
+    times = {p.value: s for p, s in timing().items()}
+    chosen = broadcast(faster({Precision(p): s for p, s in times.items()}))
+    shown = ", ".join(f"{p} {s:.4f}" for p, s in times.items())
+    log.info("precision auto: %s on this CPU (s/step: %s)", chosen.value, shown)
+    return chosen, times
+
+
+@contextmanager
+def no_trace(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> Iterator[None]:
+    """Steps taken inside leave no trace: the weights, optimizer and schedule states and the
+    random generators are put back on the way out."""
+    saved = (
+        copy.deepcopy(model.state_dict()),
+        copy.deepcopy(optimizer.state_dict()),
+        scheduler.state_dict(),
+        rng_state(),
+    )
+    try:
+        yield
+    finally:
+        model.load_state_dict(saved[0])
+        optimizer.load_state_dict(saved[1])
+        scheduler.load_state_dict(saved[2])
+        restore_rng(saved[3])

@@ -1,0 +1,151 @@
+"""A training run from a typed config: train(cfg, run_dir), which seq2seq-train calls.
+
+train(cfg, run_dir): lock the run dir, check it is writable with room for checkpoints,
+find a checkpoint to resume from and check it fits the config (train/resume.py), then
+build_trainer(cfg, run_dir, resume).fit() (train/build.py, train/trainer.py), score best.pt
+(and the averaged checkpoint) on the test splits, and write results.json. docs/RELIABILITY.md
+lists how every fault is handled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from seq2seq.config.schema import TrainConfig, check_config
+from seq2seq.data.prepared import sha256_file
+from seq2seq.errors import UserError
+from seq2seq.kernels import resolve_device
+from seq2seq.train.build import Process, build_trainer, checkpoint_bytes
+from seq2seq.train.checkpoint import (
+    average_last,
+    load_checkpoint,
+    remove_partial_writes,
+)
+from seq2seq.train.distributed import broadcast, init_distributed
+from seq2seq.train.finetune import adopt, check_overrides, load_source
+from seq2seq.train.machine import describe
+from seq2seq.train.resume import (
+    Resume,
+    check_compatible,
+    find_checkpoint,
+    record_overrides,
+)
+from seq2seq.train.rundir import RunLock, check_free_space, check_writable
+from seq2seq.train.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+class DistributedSetupError(UserError, RuntimeError):
+    """Rank 0 could not set the run up; the other ranks stop with its message."""
+
+
+def prepare_run(cfg: TrainConfig, run_dir: Path) -> Resume | None:
+    """Checks before any data is read: the run dir is writable with room for checkpoints, and
+    a checkpoint to resume from (trainer.resume) fits the config. Returns that checkpoint."""
+    ckpt_dir = run_dir / "checkpoints"
+    check_writable(ckpt_dir)
+    remove_partial_writes(ckpt_dir)  # a killed run's half-written file; we hold the lock
+    check_free_space(ckpt_dir, checkpoint_bytes(cfg), cfg.trainer.keep_last + 3)
+    resume = find_checkpoint(cfg.trainer.resume, ckpt_dir)
+    if resume is not None:
+        check_compatible(resume[1]["config"], cfg, resume[0])
+    return resume
+
+
+def train(
+    cfg: TrainConfig, run_dir: Path, overrides: list[str] | None = None
+) -> dict[str, dict[str, object]]:
+    """Train (or resume), test, and write results.json into run_dir; returns the test scores
+    of best.pt. Holds the run dir's lock throughout. `overrides` (the command line's) are kept
+    for `make resume` once the checks have passed. Under torchrun every rank calls it; they
+    all use rank 0's run_dir (the ranks' clocks, and so Hydra's folder names, may differ)."""
+    check_config(cfg)
+    start = time.monotonic()
+    process = init_distributed(resolve_device(cfg.trainer.device))  # the one join of the job
+    run_dir = Path(broadcast(str(run_dir)))
+    if not process[0].is_main:
+        logging.getLogger("seq2seq").setLevel(logging.WARNING)  # rank 0 speaks for the job
+        return train_worker(cfg, run_dir, process)
+    with contextlib.ExitStack() as stack:
+        try:  # the lock and the run-dir checks are rank 0's; the others wait for the result
+            stack.enter_context(RunLock(run_dir))
+            source = None
+            if cfg.trainer.init_from:  # its model settings, before comparing with a checkpoint
+                source = load_source(cfg.trainer.init_from)
+                check_overrides(cfg, source, overrides or [])
+                adopt(cfg, source)
+            resume = prepare_run(cfg, run_dir)
+        except Exception as err:
+            broadcast((None, f"{type(err).__name__} on rank 0: {err}"))
+            raise
+        broadcast((str(resume[0]) if resume else None, None))
+        if overrides is not None:
+            record_overrides(run_dir, overrides)
+        if source is not None and resume is None:
+            log.info("fine-tuning from %s (sha256 %s)", source.path, sha256_file(source.path))
+        trainer = build_trainer(cfg, run_dir, resume, source, process)
+        try:
+            summary = fit_and_test(trainer)
+        finally:
+            trainer.close()
+    summary["resumed_from"] = str(resume[0]) if resume else None
+    if source is not None:
+        summary["init_from"] = {"path": str(source.path), "sha256": sha256_file(source.path)}
+    summary["minutes"] = (time.monotonic() - start) / 60
+    summary["machine"] = describe()  # the times and speeds above hold for this CPU
+    (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"checkpoints: {trainer.ckpt_dir}\ntensorboard: tensorboard --logdir {run_dir / 'tb'}")
+    for tag, results in (("", summary["test"]), (" averaged", summary.get("test_average", {}))):
+        for name, scores in results.items():
+            print(f"test BLEU ({name}{tag}): {scores['bleu']:.2f}")
+    return summary["test"]
+
+
+def train_worker(cfg: TrainConfig, run_dir: Path, process: Process) -> dict[str, dict[str, object]]:
+    """Ranks other than 0: resume from the checkpoint rank 0 chose (a path on the shared run
+    dir), train in step with rank 0, and leave testing to it."""
+    path, error = broadcast(None)
+    if error is not None:
+        raise DistributedSetupError(error)
+    resume = (Path(path), load_checkpoint(path)) if path is not None else None
+    trainer = build_trainer(cfg, run_dir, resume, process=process)
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    return {}
+
+
+def fit_and_test(trainer: Trainer) -> dict[str, Any]:
+    """Train, then score best.pt (and the average of the last checkpoints) on the test splits;
+    returns the summary for results.json (times and speeds are of this invocation)."""
+    s, start_tokens, fit_start = trainer.state, trainer.state.tokens, time.monotonic()
+    trainer.fit()
+    fit_seconds = max(time.monotonic() - fit_start, 1e-9)
+    summary: dict[str, Any] = {"test": trainer.test(trainer.ckpt_dir / "best.pt")}
+    if trainer.cfg.trainer.average_last:
+        average, sources = average_last(trainer.ckpt_dir, trainer.cfg.trainer.average_last)
+        summary["test_average"] = trainer.test(average, ".average")
+        summary["averaged"] = [p.name for p in sources]
+    if trainer.length_scores:  # data.train_max_src_len: every test split by source tokens
+        summary["length"] = trainer.length_scores.get("")
+        if ".average" in trainer.length_scores:
+            summary["length_average"] = trainer.length_scores[".average"]
+    return {
+        **summary,
+        "best_valid_bleu": s.best_valid.get("bleu"),  # of best.pt's validation
+        "best_valid": {"metric": s.best_metric, "step": s.best_step, **s.best_valid},
+        "steps": s.step,
+        "skipped_steps": s.skipped_steps,
+        "train_minutes": fit_seconds / 60,
+        "params": trainer.model.num_params(),
+        "precision": trainer.precision.value,
+        "precision_s_per_step": trainer.precision_times,
+        "train_tokens_per_s": (s.tokens - start_tokens) / fit_seconds,
+    }

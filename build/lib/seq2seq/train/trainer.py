@@ -1,0 +1,505 @@
+"""The training loop: `Trainer` holds one run's data, model, optimizer, logs and checkpoints.
+
+fit():  until a stop condition (max_steps, max_epochs, early stopping, max_minutes, a signal),
+for each group of batches:
+    train_step (teacher forcing, label-smoothed loss, clip, AdamW, inverse-sqrt lr; a step with
+    a non-finite loss or gradient is skipped and counted)
+    every valid_every steps: validate (loss, ppl, greedy BLEU/chrF/TER), early stopping on
+    trainer.best_metric, save last/best
+test(): score a checkpoint on the test splits. restore(): continue exactly from a checkpoint.
+docs/RELIABILITY.md lists how every fault is handled.
+
+A Trainer is built from objects: a model, its optimizer and schedule, and a corpus.Corpus (the
+training pairs, the encoded evaluation splits, the tokenizers); build.build_trainer makes them
+from a config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import signal
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.tensorboard import SummaryWriter
+
+from seq2seq.config.schema import Precision, TrainConfig
+from seq2seq.data.batching import Batch
+from seq2seq.data.epochs import BatchRef
+from seq2seq.decode.search import translate_ids
+from seq2seq.errors import UserError
+from seq2seq.evaluation.scoring import format_scores, length_generalization, score
+from seq2seq.model.transformer import EncoderDecoder
+from seq2seq.train.checkpoint import (
+    TrainState,
+    load_checkpoint,
+    load_model_state,
+    restore_rng,
+    rng_state,
+    rotate_checkpoints,
+    save_checkpoint,
+)
+from seq2seq.train.corpus import Corpus
+from seq2seq.train.distributed import DistInfo, NullWriter, all_reduce_sum, broadcast, shard
+from seq2seq.train.flops import FlopCounter, Throughput, peak_tflops
+from seq2seq.train.interrupt import StopSignals, TrainingInterrupted
+from seq2seq.train.precision import no_trace, resolve, time_precisions
+from seq2seq.train.progress import Progress
+from seq2seq.train.resume import Resume, ResumeError
+from seq2seq.train.steplog import LOG_NAME, StepLog
+from seq2seq.train.validation import (
+    Window,
+    format_best,
+    format_valid,
+    gain,
+    log_positional_images,
+    update_best,
+    validate,
+)
+
+log = logging.getLogger(__name__)
+# the dtype each trainer.precision computes its matmuls in (autocast's, and for the MFU's peak)
+DTYPES = {
+    Precision.fp32: torch.float32,
+    Precision.bf16: torch.bfloat16,
+    Precision.fp16: torch.float16,
+}
+
+
+class NonFiniteLossError(UserError, RuntimeError):
+    """Too many consecutive steps had a NaN or infinite loss or gradient norm."""
+
+
+class Trainer:
+    """One training run: data, model, optimizer, logging and checkpoints."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        model: EncoderDecoder,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        data: Corpus,
+        run_dir: Path,
+        dist: DistInfo | None = None,
+        resume: Resume | None = None,
+    ) -> None:
+        """A run of cfg in run_dir: `model` on the device it trains on, `data` its training
+        pairs, evaluation splits (cfg.data's valid and test) and tokenizers. `dist`:
+        this process's place in a torchrun job (None: a single process). `resume`: a
+        checkpoint's path and contents to continue from, random generators included."""
+        self.cfg, self.run_dir, t = cfg, run_dir, cfg.trainer
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.src_tok, self.tgt_tok = data.tokenizers
+        self.splits, self.train_data = data.evals, data.train
+        self.fingerprint = data.fingerprint
+        self.dist, self.device = dist or DistInfo(), next(model.parameters()).device
+        self.scaler = torch.amp.GradScaler(enabled=t.precision == Precision.fp16)
+        self.state = TrainState(world_size=self.dist.world, best_metric=t.best_metric.value)
+        self.precision = t.precision  # auto is resolved below, once the model can take steps
+        self.ckpt_dir = run_dir / "checkpoints"
+        self.saved: tuple[Path, int] | None = None  # the newest checkpoint written, and its step
+        self._batches: tuple[int, list[BatchRef]] = (-1, [])
+        self.length_scores: dict[str, dict[str, object]] = {}  # test()'s, by tag (trained short)
+        if resume is not None:
+            self.restore(*resume)  # last: it sets the random generators
+        self.wrap_model()
+        # the precision trained in, and auto's s/step of each candidate (when it timed them)
+        self.precision, self.precision_times = resolve(
+            t.precision, self.state.precision, self.device, self.time_precisions
+        )
+        self.state.precision = self.precision.value
+        self.open_meters()
+        log.info(
+            "model: %d parameters; vocab %d/%d; train %d pairs; device %s; precision %s",
+            self.model.num_params(),
+            self.src_tok.vocab_size,
+            self.tgt_tok.vocab_size,
+            len(self.train_data),
+            self.device,
+            self.precision.value,
+        )
+
+    def open_meters(self) -> None:
+        """The FLOP counter and throughput meter (MFU against the precision's peak), and, on
+        rank 0 alone, train_log.jsonl and TensorBoard, continuing where the checkpoint was."""
+        m, t = self.cfg.model, self.cfg.trainer
+        self.flops = FlopCounter(
+            self.model, m.d_model, (m.enc_layers, m.dec_layers), self.tgt_tok.vocab_size
+        )
+        peak = peak_tflops(self.device, t.peak_tflops, DTYPES[self.precision])
+        peak *= 1e12 * self.dist.world
+        self.throughput = Throughput(peak)
+        self.steplog: StepLog | NullWriter = NullWriter()
+        self.writer: SummaryWriter | NullWriter = NullWriter()
+        if self.dist.is_main:  # rank 0 alone writes logs
+            self.steplog = StepLog(self.run_dir / LOG_NAME, self.state.log_records)
+            # hide TensorBoard events a killed process wrote after the checkpoint
+            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=self.state.step + 1)
+
+    def wrap_model(self) -> None:
+        """self.ddp: the module whose gradients DDP averages over ranks (the model itself in a
+        single process); self.forward: what the training step calls (torch.compile'd when
+        trainer.compile). self.model stays the plain module (state dicts, validation)."""
+        self.ddp: torch.nn.Module = self.model
+        if self.dist.enabled:
+            ids = [self.device] if self.device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+        self.forward: Any = torch.compile(self.ddp) if self.cfg.trainer.compile else self.ddp
+
+    def grad_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """Under DDP, gradients are all-reduced only on the last backward of a step."""
+        if last or not self.dist.enabled:
+            return contextlib.nullcontext()
+        return self.ddp.no_sync()  # type: ignore[operator]
+
+    def step_counts(self, group: list[Batch]) -> dict[str, float]:
+        """All ranks' target tokens, model FLOPs, and real and padded (src+tgt) tokens of a step."""
+        tokens = flops = real = padded = 0.0
+        for b in group:
+            n_src, n_tgt = b.src_tokens, b.tgt_tokens
+            tokens, real = tokens + n_tgt, real + n_src + n_tgt
+            padded += b.src.numel() + b.tgt_out.numel()  # src (B, S), tgt_out (B, T)
+            flops += self.flops.batch(n_src, n_tgt, b.src.shape[1], b.tgt_out.shape[1])
+        tokens, flops, real, padded = all_reduce_sum([tokens, flops, real, padded], self.device)
+        return {"tokens": int(tokens), "flops": flops, "real": real, "padded": padded}
+
+    def restore(self, path: Path, ckpt: dict[str, Any]) -> None:
+        """Continue from checkpoint `ckpt`: weights, optimizer, schedule, counters, RNG states."""
+        if ckpt.get("data_fingerprint", self.fingerprint) != self.fingerprint:
+            raise ResumeError(
+                f"cannot resume from {path}: the training or validation data under "
+                f"{self.cfg.data.root} changed since it was written. Restore the data, or start "
+                "a new run in another hydra.run.dir"
+            )
+        load_model_state(self.model, ckpt["model"], path)
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scheduler.load_state_dict(ckpt["scheduler"])
+        self.scaler.load_state_dict(ckpt["scaler"])
+        self.state = TrainState.from_dict(ckpt["train_state"])
+        if self.state.world_size != self.dist.world:
+            raise ResumeError(
+                f"cannot resume from {path}: it was written by a run of {self.state.world_size} "
+                f"process(es) and this one has {self.dist.world}; the position in the data "
+                "depends on it. Resume with the same torchrun --nproc_per_node"
+            )
+        self.saved = (path, self.state.step)
+        restore_rng(ckpt["rng"])
+        s = self.state
+        log.info("resumed from %s: step %d, epoch %d, batch %d", path, s.step, s.epoch, s.batch)
+
+    def time_precisions(self) -> dict[Precision, float]:
+        """Seconds per training step in each candidate precision, on this run's first batches
+        (trainer.precision=auto); the run goes on as if no step had been taken."""
+        t = self.cfg.trainer
+        batches = self.epoch_batches(0)
+        first = [batches[i : i + t.accum_steps] for i in range(0, 2 * t.accum_steps, t.accum_steps)]
+        groups = [[self._collate(i) for i in g] for g in first if g]
+
+        def step(precision: Precision, round_: int) -> None:
+            self.precision = precision
+            self.probe_step(groups[round_ % len(groups)])
+
+        with no_trace(self.model, self.optimizer, self.scheduler):
+            return time_precisions(step)
+
+    def probe_step(self, group: list[Batch]) -> None:
+        """A training step's work (forward, loss, backward, clipping, AdamW) without its
+        bookkeeping: what trainer.precision=auto times."""
+        tokens = sum(b.tgt_tokens for b in group)
+        for i, batch in enumerate(group):
+            with self.grad_sync(last=i == len(group) - 1):
+                loss, _ = self.batch_loss(batch)
+                (loss / tokens).backward()
+        clip = self.cfg.optim.clip_norm
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """bf16/fp16 autocast as configured (fp32: no-op)."""
+        precision = self.precision
+        if precision == Precision.fp32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=DTYPES[precision])
+
+    def epoch_batches(self, epoch: int) -> list[BatchRef]:
+        """This rank's batches of `epoch`, a pure function of the data, token budget, seed and
+        epoch (epochs.TrainData)."""
+        if self._batches[0] != epoch:
+            batches = self.train_data.epoch_batches(epoch)
+            self._batches = (epoch, shard(batches, self.dist))  # this rank's share
+        return self._batches[1]
+
+    def batch_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
+        """Summed label-smoothed loss and NLL of one batch (teacher forcing)."""
+        with self.autocast():
+            return self.forward(  # (the DDP-wrapped or compiled model's forward)
+                batch.src, batch.tgt_in, batch.tgt_out, self.cfg.trainer.label_smoothing
+            )
+
+    def train_step(self, group: list[Batch]) -> dict[str, float] | None:
+        """One optimizer step over `group` (gradient accumulation); returns loss statistics,
+        or None when the loss or gradient norm was not finite and the step was skipped."""
+        counts = self.step_counts(group)
+        # normalise by all ranks' tokens; DDP's average over ranks (x 1/world) is undone here
+        total_tokens = int(counts["tokens"])
+        denom = total_tokens / self.dist.world
+        loss_sum = nll_sum = 0.0
+        for i, batch in enumerate(group):
+            with self.grad_sync(last=i == len(group) - 1):
+                loss, nll = self.batch_loss(batch)
+                self.scaler.scale(loss / denom).backward()
+            loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+        loss_sum, nll_sum = all_reduce_sum([loss_sum, nll_sum], self.device)
+        self.scaler.unscale_(self.optimizer)
+        clip = self.cfg.optim.clip_norm
+        grad_norm = float(
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
+        )
+        stats = {
+            "loss": loss_sum / total_tokens,
+            "nll": nll_sum / total_tokens,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "grad_norm": grad_norm,
+            "tokens": total_tokens,
+            "flops": counts["flops"],
+            "padding_efficiency": counts["real"] / counts["padded"],
+        }
+        # with fp16 the grad scaler itself skips steps with overflowing gradients
+        finite_grad = math.isfinite(grad_norm) or self.scaler.is_enabled()
+        if not (math.isfinite(loss_sum) and finite_grad):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.update()
+            self.skip_step(stats)
+            return None
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        s = self.state
+        s.step, s.tokens, s.bad_streak = s.step + 1, s.tokens + total_tokens, 0
+        self.throughput.add(counts["flops"], counts["real"], counts["padded"])
+        self.steplog.write({"type": "train", "step": s.step, "epoch": s.epoch, **stats})
+        return stats
+
+    def skip_step(self, stats: dict[str, float]) -> None:
+        """Count a step skipped for a non-finite loss or gradient; stop after max_bad_steps."""
+        s, limit = self.state, self.cfg.trainer.max_bad_steps
+        s.bad_streak, s.skipped_steps = s.bad_streak + 1, s.skipped_steps + 1
+        log.warning(
+            "step %d: non-finite loss (%s) or gradient norm (%s); optimizer step skipped "
+            "(%d in a row, %d in all)",
+            s.step + 1,
+            stats["loss"],
+            stats["grad_norm"],
+            s.bad_streak,
+            s.skipped_steps,
+        )
+        self.writer.add_scalar("train/skipped_steps", s.skipped_steps, s.step)
+        self.steplog.write(
+            {
+                "type": "skip",
+                "step": s.step,
+                "epoch": s.epoch,
+                "batch": s.batch,
+                "loss": stats["loss"],
+                "grad_norm": stats["grad_norm"],
+                "streak": s.bad_streak,
+            }
+        )
+        if s.bad_streak >= limit:
+            intact = (
+                f"the last checkpoint {self.saved[0]} (step {self.saved[1]}) is intact"
+                if self.saved
+                else "no checkpoint had been written yet"
+            )
+            raise NonFiniteLossError(
+                f"training stopped after step {s.step}: {s.bad_streak} consecutive steps had a "
+                f"non-finite loss or gradient norm (trainer.max_bad_steps={limit}); {intact}. "
+                "Try a lower optim.lr, a longer optim.warmup_steps, trainer.precision=fp32, or "
+                "check the training data"
+            )
+
+    def stop_reason(self, stop: StopSignals, started: float) -> str | None:
+        """Why training should stop now, or None to go on."""
+        t, s = self.cfg.trainer, self.state
+        if stop.signum is not None:
+            return f"{stop.name} received"
+        if s.step >= t.max_steps:
+            return f"max_steps={t.max_steps} reached"
+        if s.epoch >= t.max_epochs:
+            return f"max_epochs={t.max_epochs} reached"
+        if t.patience and s.stale_validations >= t.patience:
+            return (
+                f"early stopping: no {gain(t.best_metric)} in {s.stale_validations} "
+                f"validations (trainer.patience={t.patience}; best {format_best(s)})"
+            )
+        if t.max_minutes and time.monotonic() - started > 60 * t.max_minutes:
+            return f"max_minutes={t.max_minutes} reached"
+        return None
+
+    def fit(self) -> None:
+        """Train until a stop condition; validate and save on the way. On SIGTERM or SIGINT the
+        current step is finished, last.pt saved and TrainingInterrupted raised."""
+        t, s = self.cfg.trainer, self.state
+        started, window = time.monotonic(), Window()
+        progress = Progress(t.max_steps, s.step, t.progress and self.dist.is_main)
+        if s.step == 0 and t.init_from and self.dist.is_main:  # where fine-tuning starts
+            m = self.validate()
+            log.info("step 0 (the weights of %s): valid %s", t.init_from, format_valid(m))
+            for name, value in m.items():
+                self.writer.add_scalar(f"valid/{name}", value, 0)
+        with StopSignals() as stop:
+            # rank 0 decides (its clock, its signals), so that every rank stops at the same step
+            while (reason := broadcast(self.stop_reason(stop, started))) is None:
+                batches = self.epoch_batches(s.epoch)
+                if s.batch >= len(batches):
+                    s.epoch, s.batch = s.epoch + 1, 0
+                    continue
+                ids = batches[s.batch : s.batch + t.accum_steps]
+                s.batch += len(ids)
+                group = [self._collate(i) for i in ids]
+                self.train_data.prefetch(batches[s.batch : s.batch + t.accum_steps])  # next ones
+                stats = self.train_step(group)
+                if stats is None:
+                    continue
+                window.add(stats)
+                progress.step()
+                if s.step % t.log_every == 0:
+                    progress.report(s.step, window.log(self.writer, s.step, stats["lr"]))
+                    for name, value in self.throughput.scalars().items():
+                        self.writer.add_scalar(f"train/{name}", value, s.step)
+                if s.step % t.valid_every == 0:
+                    self.validate_and_save()
+            progress.close()
+            log.info("training stopped at step %d: %s", s.step, reason)
+            if stop.signum is not None or reason.endswith(" received"):  # rank 0's signal
+                self.save(best=False, periodic=False)
+                signum = stop.signum if stop.signum is not None else signal.SIGTERM
+                raise TrainingInterrupted(signum, self.interrupted_message(reason.split()[0]))
+        if s.valid_step != s.step:
+            self.validate_and_save()
+
+    def interrupted_message(self, signal_name: str) -> str:
+        return (
+            f"{signal_name}: stopped at step {self.state.step} after saving "
+            f"{self.ckpt_dir / 'last.pt'}; resume with `make resume RUN={self.run_dir}` (or the "
+            f"same command with hydra.run.dir={self.run_dir})"
+        )
+
+    def _collate(self, ref: BatchRef) -> Batch:
+        return self.train_data.collate(ref).to(self.device)
+
+    def validate(self) -> dict[str, float]:
+        """Teacher-forced loss and perplexity, and BLEU, chrF and TER of greedy translations,
+        on valid."""
+        cfg = self.cfg
+        return validate(self.model, self.splits[cfg.data.valid], self.tgt_tok, cfg, self.autocast)
+
+    def validate_and_save(self) -> None:
+        """Validate, update the best score (trainer.best_metric) and early-stopping counters,
+        log, and save."""
+        # rank 0 validates; every rank takes its metrics, so early stopping agrees everywhere
+        metrics = broadcast(self.validate() if self.dist.is_main else None)
+        s, t = self.state, self.cfg.trainer
+        improved = update_best(s, metrics, t.best_metric)
+        s.valid_step = s.step
+        for name, value in metrics.items():
+            self.writer.add_scalar(f"valid/{name}", value, s.step)
+        log_positional_images(self.writer, self.model, s.step)
+        note = " (best)"
+        if not improved:
+            note = f" (best {format_best(s)}; {s.stale_validations} without {gain(t.best_metric)}"
+            note += f", patience {t.patience})" if t.patience else ")"
+        log.info("step %d: valid %s%s", s.step, format_valid(metrics), note)
+        self.steplog.write(
+            {
+                "type": "valid",
+                "step": s.step,
+                **metrics,
+                "best_metric": s.best_metric,
+                "best_score": s.best_score,
+                "best_step": s.best_step,
+                "stale_validations": s.stale_validations,
+            }
+        )
+        self.save(improved)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Everything a run needs to resume exactly, as tensors and plain values."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "train_state": asdict(self.state),
+            "rng": rng_state(),
+            "config": OmegaConf.to_container(OmegaConf.structured(self.cfg), enum_to_str=True),
+            "tokenizers": {"src": self.src_tok.state(), "tgt": self.tgt_tok.state()},
+            "data_fingerprint": self.fingerprint,
+        }
+
+    def save(self, best: bool, periodic: bool = True) -> None:
+        """Write step_N.pt (periodic, the last keep_last kept), best.pt (when the validation's
+        trainer.best_metric improved) and last.pt, each atomically. last.pt, which resuming
+        reads, comes last: a run killed between the writes resumes from the previous last.pt
+        and writes them again.
+        Non-finite weights are never written (every rank checks: they hold the same weights, so
+        all stop together). Ranks other than 0 write nothing."""
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            raise NonFiniteLossError(
+                f"step {self.state.step}: the weights are not finite; no checkpoint written"
+            )
+        if not self.dist.is_main:
+            return
+        self.state.log_records = self.steplog.records
+        state = self.checkpoint_state()
+        if periodic and self.cfg.trainer.keep_last > 0:
+            save_checkpoint(state, self.ckpt_dir / f"step_{self.state.step}.pt")
+            rotate_checkpoints(self.ckpt_dir, self.cfg.trainer.keep_last)
+        if best:
+            save_checkpoint(state, self.ckpt_dir / "best.pt")
+        save_checkpoint(state, self.ckpt_dir / "last.pt")
+        self.saved = (self.ckpt_dir / "last.pt", self.state.step)
+
+    def test(self, path: Path, tag: str = "") -> dict[str, dict[str, object]]:
+        """Score checkpoint `path` on every test split with cfg.decode; writes {split}{tag}.hyp.
+        With data.train_max_src_len, "length" holds the test splits' scores together by
+        source-token bucket and on the long split (scoring.length_generalization)."""
+        load_model_state(self.model, load_checkpoint(path, self.device)["model"], path)
+        results: dict[str, dict[str, object]] = {}
+        lens: list[int] = []  # source lengths, hypotheses, references over every test split
+        hyps: list[str] = []
+        refs: list[str] = []
+        for name in self.cfg.data.test:
+            data = self.splits[name]
+            out = translate_ids(self.model, data.src_ids, self.cfg.decode, self.cfg.data.max_len)
+            texts = [self.tgt_tok.decode(h[0].tokens) for h in out]
+            (self.run_dir / f"{name}{tag}.hyp").write_text("".join(t + "\n" for t in texts))
+            results[name] = score(texts, data.tgt_text, lowercase=True)
+            board = "test" if not tag else f"test{tag.replace('.', '_')}"
+            self.writer.add_scalar(f"{board}/{name}_bleu", results[name]["bleu"], self.state.step)
+            log.info("\n%s", format_scores(f"{name} [{path.name}]", results[name]))
+            lens.extend(len(ids) for ids in data.src_ids)
+            hyps.extend(texts)
+            refs.extend(data.tgt_text)
+        cap = self.cfg.data.train_max_src_len
+        if cap and hyps:
+            scores = length_generalization(lens, hyps, refs, cap)
+            self.length_scores[tag] = {"splits": list(self.cfg.data.test), **scores}
+            log.info("by source tokens [%s]: %s", path.name, self.length_scores[tag])
+        return results
+
+    def close(self) -> None:
+        self.train_data.close()
+        self.writer.close()
+        self.steplog.close()

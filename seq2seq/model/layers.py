@@ -1,0 +1,283 @@
+"""Transformer building blocks: attention, feed-forward, encoder and decoder layers.
+
+Shapes: B batch, S source length, T target length, D model width, H heads, Dh = D / H.
+Masks are boolean with True where a key may be attended to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from torch import Tensor, nn
+
+from seq2seq import kernels
+from seq2seq.model.positional import PositionalEncoding
+
+
+class Linear(nn.Linear):
+    """nn.Linear whose forward is kernels.linear, with an optional fused ReLU (same parameters
+    and state-dict keys)."""
+
+    def forward(self, x: Tensor, relu: bool = False) -> Tensor:
+        return kernels.linear(x, self.weight, self.bias, relu)
+
+
+class LayerCache:
+    """Keys and values one decoder layer has already computed during incremental decoding.
+
+    Self-attention keys/values have one row per hypothesis (sentences x beams, sentence-major)
+    and live in one buffer preallocated for `capacity` positions (doubled when a step goes past
+    it): a step writes one slice instead of concatenating the whole history, and a reorder
+    copies into a second buffer kept for that, so steps allocate no new memory.
+    Cross-attention keys/values are computed once per batch and have one row per sentence: the
+    hypotheses of a sentence share them (see `DecoderLayer`).
+    """
+
+    def __init__(self, capacity: int = 0) -> None:
+        self.capacity, self.length = capacity, 0
+        self._kv: Tensor | None = None  # (2, N, H, capacity, Dh): keys, values
+        self._spare: Tensor | None = None  # (2, >= N, H, capacity, Dh): reorder writes here
+        self.cross_k: Tensor | None = None  # (B, H, S, Dh): encoder keys, computed once
+        self.cross_v: Tensor | None = None  # (B, H, S, Dh)
+
+    @property
+    def self_k(self) -> Tensor | None:
+        """Keys of the tokens decoded so far, (N, H, t, Dh); None before the first step."""
+        return None if self._kv is None else self._kv[0, :, :, : self.length]
+
+    @property
+    def self_v(self) -> Tensor | None:
+        """Values of the tokens decoded so far, (N, H, t, Dh)."""
+        return None if self._kv is None else self._kv[1, :, :, : self.length]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add the keys/values (N, H, t, Dh) of t new tokens; returns all of them so far."""
+        start, end = self.length, self.length + k.size(2)
+        kv = self._kv
+        if kv is None or end > kv.size(3):
+            kv = self._grow(k, end)
+        kv[0, :, :, start:end] = k
+        kv[1, :, :, start:end] = v
+        self.length = end
+        return kv[0, :, :, :end], kv[1, :, :, :end]  # (N, H, end, Dh) each
+
+    def _grow(self, k: Tensor, end: int) -> Tensor:
+        old = self._kv
+        size = max(end, self.capacity, 0 if old is None else 2 * old.size(3))
+        n, h, _, dh = k.shape
+        kv = k.new_empty(2, n, h, size, dh)  # (2, N, H, size, Dh)
+        if old is not None:
+            kv[:, :, :, : self.length] = old[:, :, :, : self.length]
+        self._kv, self._spare = kv, None
+        return kv
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep the hypotheses `rows` (beam search continues some, several times or not at all)
+        and, when given, the cross-attention rows of the sentences `sentences` (sentences that
+        are finished leave the batch)."""
+        if self._kv is not None:
+            n, t = rows.numel(), self.length
+            if self._spare is None or self._spare.size(1) < n:
+                self._spare = self._kv.new_empty(2, n, *self._kv.shape[2:])
+            out = self._spare[:, :n]  # (2, N', H, capacity, Dh)
+            torch.index_select(self._kv[:, :, :, :t], 1, rows, out=out[:, :, :, :t])
+            self._kv, self._spare = out, self._kv
+        if sentences is not None and self.cross_k is not None and self.cross_v is not None:
+            self.cross_k = self.cross_k.index_select(0, sentences)
+            self.cross_v = self.cross_v.index_select(0, sentences)
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product multi-head attention (Vaswani et al. 2017), self or cross.
+
+    Calls the positional hooks `rotate` (queries and keys) and `bias` (logits), and `values` when
+    the encoding asks for the attention weights; kernels.attention does the rest.
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float, pos: PositionalEncoding, causal: bool
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
+        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.q_proj = Linear(d_model, d_model)
+        self.kv_proj = Linear(d_model, 2 * d_model)
+        self.out_proj = Linear(d_model, d_model)
+        self.dropout, self.pos, self.causal = dropout, pos, causal
+
+    def _heads(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, -1, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of `x` (B, T, D), split into heads."""
+        k, v = self.kv_proj(x).chunk(2, dim=-1)  # (B, T, D) each
+        return self._heads(k), self._heads(v)  # (B, H, T, Dh) each
+
+    def forward(
+        self,
+        x: Tensor,
+        kv: tuple[Tensor, Tensor] | None = None,
+        key_mask: Tensor | None = None,
+        offset: int = 0,
+    ) -> Tensor:
+        """Attend from `x` (B, Tq, D) to keys/values `kv` (B, H, Tk, Dh), default: x itself.
+
+        `offset` is the position of x's first token (tokens already in a decoding cache).
+        Self-attention callers pass `kv` already rotated when they cache it.
+        """
+        q = self.pos.rotate(self._heads(self.q_proj(x)), offset)  # (B, H, Tq, Dh)
+        if kv is None:
+            k, v = self.project_kv(x)
+            k = self.pos.rotate(k, offset)  # (B, H, Tk, Dh)
+        else:
+            k, v = kv
+        out = self.attend(q, k, v, key_mask, offset)  # (B, H, Tq, Dh)
+        b, _, t, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))  # (B, Tq, D)
+
+    def weights(
+        self, x: Tensor, kv: tuple[Tensor, Tensor], key_mask: Tensor | None = None
+    ) -> Tensor:
+        """The attention weights (B, H, Tq, Tk) of `forward(x, kv, key_mask)` without dropout,
+        written out (forward may use a fused kernel that never forms them). For inspection:
+        alignments and attention plots."""
+        q = self.pos.rotate(self._heads(self.q_proj(x)), 0)  # (B, H, Tq, Dh)
+        k = kv[0]  # (B, H, Tk, Dh)
+        logits = q @ k.transpose(-1, -2) / self.head_dim**0.5  # (B, H, Tq, Tk)
+        bias = self.pos.bias(q, 0, k.size(-2))  # (B|1, H, Tq, Tk) or None
+        if bias is not None:
+            logits = logits + bias
+        mask = kernels.attention_mask(key_mask, self.causal, q.size(-2), k.size(-2), q.device)
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        return logits.softmax(-1, dtype=torch.float32)  # (B, H, Tq, Tk)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, offset: int
+    ) -> Tensor:
+        """q (B, H, Tq, Dh) over k, v (B, H, Tk, Dh) -> (B, H, Tq, Dh), with the positional
+        bias (and relative values) of queries that start at position `offset`."""
+        bias = self.pos.bias(q, offset, k.size(-2))  # (B|1, H, Tq, Tk) or None
+        values = partial(self.pos.values, q_offset=offset) if self.pos.needs_weights else None
+        p = self.dropout if self.training else 0.0
+        return kernels.attention(q, k, v, bias, key_mask, self.causal, p, values)
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network, two linear maps around a ReLU (Vaswani et al. 2017)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.up = Linear(d_model, d_ff)
+        self.down = Linear(d_ff, d_model)
+        self.dropout = dropout
+
+    def forward(self, x: Tensor) -> Tensor:
+        hidden = kernels.dropout(self.up(x, relu=True), self.dropout, self.training)  # (B, T, F)
+        return self.down(hidden)  # (B, T, D)
+
+
+class Residual(nn.Module):
+    """x + dropout(f(norm(x))) in pre-norm, norm(x + dropout(f(x))) in post-norm.
+
+    Post-norm is Vaswani et al. 2017; pre-norm is Xiong et al. 2020, "On Layer Normalization in
+    the Transformer Architecture", which trains without a long warmup.
+    """
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout, self.norm_first = dropout, norm_first
+
+    def forward(self, x: Tensor, sublayer: nn.Module, *args: object, **kwargs: object) -> Tensor:
+        if self.norm_first:
+            out = sublayer(self.norm(x), *args, **kwargs)  # (B, T, D)
+            return x + kernels.dropout(out, self.dropout, self.training)
+        out = sublayer(x, *args, **kwargs)  # (B, T, D)
+        return self.norm(x + kernels.dropout(out, self.dropout, self.training))
+
+
+@dataclass
+class LayerSpec:
+    """Sizes shared by every layer of a stack."""
+
+    d_model: int
+    n_heads: int
+    d_ff: int
+    dropout: float  # residual
+    attn_dropout: float  # attention weights
+    ffn_dropout: float  # feed-forward hidden activations
+    norm_first: bool
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each in a residual block (Vaswani et al. 2017)."""
+
+    def __init__(self, spec: LayerSpec, pos: PositionalEncoding) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(
+            spec.d_model, spec.n_heads, spec.attn_dropout, pos, causal=False
+        )
+        self.ffn = FeedForward(spec.d_model, spec.d_ff, spec.ffn_dropout)
+        self.res_attn = Residual(spec.d_model, spec.dropout, spec.norm_first)
+        self.res_ffn = Residual(spec.d_model, spec.dropout, spec.norm_first)
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        x = self.res_attn(x, self.self_attn, key_mask=src_mask)  # (B, S, D)
+        return self.res_ffn(x, self.ffn)  # (B, S, D)
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention to the encoder, feed-forward (Vaswani et al. 2017)."""
+
+    def __init__(self, spec: LayerSpec, pos: PositionalEncoding) -> None:
+        super().__init__()
+        d, h, p = spec.d_model, spec.n_heads, spec.attn_dropout
+        self.self_attn = MultiHeadAttention(d, h, p, pos, causal=True)
+        self.cross_attn = MultiHeadAttention(d, h, p, PositionalEncoding(), causal=False)
+        self.ffn = FeedForward(d, spec.d_ff, spec.ffn_dropout)
+        self.res_self = Residual(d, spec.dropout, spec.norm_first)
+        self.res_cross = Residual(d, spec.dropout, spec.norm_first)
+        self.res_ffn = Residual(d, spec.dropout, spec.norm_first)
+
+    def forward(
+        self, x: Tensor, memory: Tensor, src_mask: Tensor, cache: LayerCache | None = None
+    ) -> Tensor:
+        """x (N, T, D) attends causally to itself and to memory (B, S, D).
+
+        N may be a multiple of B: G = N / B hypotheses per sentence, sentence-major (beam search,
+        see `_cross_attention`). With a cache, x holds only the new tokens; their keys/values are
+        appended to the cache, and the memory's keys/values are computed at the first step only.
+        """
+        if cache is None:
+            kv = self.cross_attn.project_kv(memory)  # (B, H, S, Dh) each
+            x = self.res_self(x, self.self_attn)
+        else:
+            if cache.cross_k is None or cache.cross_v is None:  # contiguous: read every step
+                k, v = self.cross_attn.project_kv(memory)  # (B, H, S, Dh) each
+                cache.cross_k, cache.cross_v = k.contiguous(), v.contiguous()
+            kv = (cache.cross_k, cache.cross_v)
+            x = self.res_self(x, self._cached_self_attention, cache)
+        x = self.res_cross(x, self._cross_attention, kv, src_mask)
+        return self.res_ffn(x, self.ffn)  # (N, T, D)
+
+    def _cached_self_attention(self, x: Tensor, cache: LayerCache) -> Tensor:
+        attn, offset = self.self_attn, cache.length
+        k, v = attn.project_kv(x)  # (N, H, t, Dh) for the new tokens
+        k, v = cache.append(attn.pos.rotate(k, offset), v)  # (N, H, offset + t, Dh)
+        return attn(x, (k, v), None, offset)  # (N, t, D)
+
+    def _cross_attention(self, x: Tensor, kv: tuple[Tensor, Tensor], src_mask: Tensor) -> Tensor:
+        """Rows of x (N, T, D) are G = N / B hypotheses per sentence, sentence-major (beam
+        search). Cross-attention has no positional terms and no causal mask, so the hypotheses of
+        a sentence become G * T queries of one row: the memory is never repeated per beam."""
+        n, t, d = x.shape
+        b = kv[0].size(0)
+        if n % b:
+            raise ValueError(f"{n} decoder rows do not split into hypotheses of {b} sentences")
+        out = self.cross_attn(x.reshape(b, (n // b) * t, d), kv, src_mask)  # (B, G*T, D)
+        return out.view(n, t, d)

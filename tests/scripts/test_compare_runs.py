@@ -1,0 +1,391 @@
+"""scripts/compare_runs.py on a fake sweep whose scores are known in advance.
+
+The fake sweep has three encodings x two seeds over a tiny data folder:
+- rope: both seeds copy the references, so every bucket of every split scores BLEU 100;
+- sinusoidal: seed 1 gets the last item of each line wrong, seed 2 the first and the last
+  (one-item lines are entirely wrong, so bucket "1" scores 0): far below rope, beyond seed noise;
+- enc=alibi/dec=rope (pos_encoding rope, encoder_pos alibi): seed 1 copies, seed 2 is all
+  wrong, so its std over seeds is huge and the gap to rope is within seed noise;
+plus a sinusoidal seed-3 job that never wrote results.json.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "compare_runs.py"
+_spec = importlib.util.spec_from_file_location("compare_runs", SCRIPT)
+cr = importlib.util.module_from_spec(_spec)
+sys.modules["compare_runs"] = cr  # dataclasses look their module up while being defined
+_spec.loader.exec_module(cr)
+import sweep_report as sr  # noqa: E402 - importable once compare_runs set the path
+
+EN = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven"]
+DE = ["eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn", "elf"]
+SPLITS = {"test": (20, 1, 6), "test_long": (8, 5, 8)}  # lines, min items, max items
+WRONG = "falsch"
+OVERRIDE = "enc=alibi/dec=rope"
+
+
+def phrases(split: str, words: list[str]) -> list[str]:
+    """Line i has lo + i % (hi - lo + 1) comma-separated one-word numbers."""
+    n, lo, hi = SPLITS[split]
+    rows = []
+    for i in range(n):
+        items = lo + i % (hi - lo + 1)
+        rows.append(", ".join(words[(3 * i + k) % len(words)] for k in range(items)))
+    return rows
+
+
+def _replace_item(ref: str, index: int) -> str:
+    items = ref.split(", ")
+    items[index] = WRONG
+    return ", ".join(items)
+
+
+HYPS: dict[str, Callable[[str], str]] = {
+    "copy": lambda ref: ref,
+    "last_wrong": lambda ref: _replace_item(ref, -1),
+    "ends_wrong": lambda ref: _replace_item(_replace_item(ref, 0), -1),
+    "garbage": lambda ref: WRONG,
+}
+# (pos_encoding, encoder_pos, seed, hyp mode or None for an unfinished job, params, minutes)
+JOBS = [
+    ("sinusoidal", None, 1, "last_wrong", 1000, 1.0),
+    ("sinusoidal", None, 2, "ends_wrong", 1000, 2.0),
+    ("rope", None, 1, "copy", 1000, 1.0),
+    ("rope", None, 2, "copy", 3000, 2.0),
+    ("rope", "alibi", 1, "copy", 1000, 4.0),
+    ("rope", "alibi", 2, "garbage", 1000, 4.0),
+    ("sinusoidal", None, 3, None, 1000, 1.0),
+]
+
+
+def make_data(root: Path) -> Path:
+    """{split}.en / {split}.de plain-text files."""
+    root.mkdir(parents=True)
+    for split in SPLITS:
+        (root / f"{split}.en").write_text("\n".join(phrases(split, EN)) + "\n")
+        (root / f"{split}.de").write_text("\n".join(phrases(split, DE)) + "\n")
+    return root
+
+
+def make_job(sweep: Path, num: int, job: tuple, data_root: Path) -> Path:
+    """One Hydra job folder: .hydra/config.yaml, and results.json + hyps when finished."""
+    pos, enc, seed, mode, params, minutes = job
+    path = sweep / f"{num}_pos_encoding={pos},trainer.seed={seed}"
+    (path / ".hydra").mkdir(parents=True)
+    cfg = {
+        "data": {"root": str(data_root), "src_lang": "en", "tgt_lang": "de", "test": [*SPLITS]},
+        "pos_encoding": {"kind": pos, "max_len": 64},
+        "encoder_pos": None if enc is None else {"kind": enc},
+        "decoder_pos": None,
+        "trainer": {"seed": seed},
+        "name": "fake",
+    }
+    (path / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
+    if mode is None:
+        return path
+    tests = {}
+    for split in SPLITS:
+        hyps = [HYPS[mode](ref) for ref in phrases(split, DE)]
+        (path / f"{split}.hyp").write_text("".join(h + "\n" for h in hyps))
+        tests[split] = {"n": len(hyps), "bleu": 12.5, "chrf": 34.5, "bleu_signature": "sig"}
+    results = {"test": tests, "best_valid_bleu": 1.0, "steps": 10, "minutes": minutes + 0.5}
+    results |= {"train_minutes": minutes, "params": params, "train_tokens_per_s": 500.0}
+    (path / "results.json").write_text(json.dumps(results))
+    return path
+
+
+def make_sweep(root: Path, jobs: list[tuple]) -> Path:
+    """multirun-style sweep folder with a data folder beside it."""
+    data = make_data(root / "data")
+    sweep = root / "multirun" / "fake" / "2025-01-01_00-00-00"
+    for num, job in enumerate(jobs):
+        make_job(sweep, num, job, data)
+    return sweep
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The fake sweep compared in-process with --length-by items."""
+    root = tmp_path_factory.mktemp("sweep")
+    sweep = make_sweep(root, JOBS)
+    out = root / "out"
+    assert cr.main([str(sweep), "--out", str(out), "--length-by", "items"]) == 0
+    with (out / "comparison.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    return {"out": out, "rows": rows, "md": (out / "comparison.md").read_text(), "sweep": sweep}
+
+
+def select(rows: list[dict], **where: str) -> list[dict]:
+    return [r for r in rows if all(r[k] == v for k, v in where.items())]
+
+
+def md_row(md: str, label: str, section: str = "## Test scores") -> list[str]:
+    """The cells of `label`'s row in the first table after `section`."""
+    part = md[md.index(section) :]
+    line = next(ln for ln in part.splitlines() if ln.startswith(f"| {label} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+# ----------------------------------------------------------------------------- units
+
+
+def test_mean_std_and_welch_t() -> None:
+    mean, std = sr.mean_std([1.0, 2.0, 3.0, 4.0])
+    assert mean == 2.5
+    assert std == pytest.approx(1.290994, abs=1e-6)  # sample std (n - 1)
+    assert sr.mean_std([7.0]) == (7.0, None)
+    assert sr.fmt_mean_std([1.0, 2.0, 3.0, 4.0]) == "2.50 ± 1.29"
+    assert sr.fmt_mean_std([7.0]) == "7.00"
+    # t = (2 - 5) / sqrt(1/3 + 1/3)
+    assert sr.welch_t([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(-3.674235, abs=1e-6)
+    assert sr.welch_t([1.0], [4.0, 5.0]) is None
+    assert sr.welch_t([3.0, 3.0], [3.0, 3.0]) == 0.0
+    assert sr.welch_t([1.0, 1.0], [3.0, 3.0]) == float("-inf")
+
+
+def test_encoding_label() -> None:
+    base = {"pos_encoding": {"kind": "rope"}, "encoder_pos": None, "decoder_pos": None}
+    assert cr.encoding_label(OmegaConf.create(base)) == "rope"
+    enc = base | {"encoder_pos": {"kind": "alibi"}}
+    assert cr.encoding_label(OmegaConf.create(enc)) == "enc=alibi/dec=rope"
+    dec = base | {"decoder_pos": {"kind": "none"}}
+    assert cr.encoding_label(OmegaConf.create(dec)) == "enc=rope/dec=none"
+    directional = base | {"pos_encoding": {"kind": "alibi", "alibi_directional": True}}
+    assert cr.encoding_label(OmegaConf.create(directional)) == "alibi[alibi_directional=True]"
+    shared = {"kind": "relative", "share_layers": True, "alibi_directional": False}
+    assert cr.encoding_label(OmegaConf.create(base | {"pos_encoding": shared})) == (
+        "relative[share_layers=True]"
+    )
+
+
+def test_latest_sweep_is_the_newest(tmp_path: Path) -> None:
+    for name in ["a/2025-03-01_10-00-00", "b/2025-05-01_09-00-00", "a/2025-04-01_23-59-59"]:
+        (tmp_path / name).mkdir(parents=True)
+    assert cr.latest_sweep(tmp_path) == tmp_path / "b" / "2025-05-01_09-00-00"
+    with pytest.raises(SystemExit, match="no sweep folder"):
+        cr.latest_sweep(tmp_path / "missing")
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def test_csv_exact_copies_score_100_in_every_bucket(report: dict) -> None:
+    rows = report["rows"]
+    rope = select(rows, encoding="rope")
+    assert {r["seed"] for r in rope} == {"1", "2"}
+    assert {(r["split"], r["bucket"]) for r in rope} == {
+        *(("test", b) for b in ["all", "1", "2", "3", "4", "5", "6"]),
+        *(("test_long", b) for b in ["all", "5", "6", "7", "8"]),
+    }
+    assert all(float(r["bleu"]) == 100.0 and float(r["chrf"]) == 100.0 for r in rope)
+    # every one-item line of a sinusoidal run is entirely wrong; longer lines are partly right
+    for seed in ["1", "2"]:
+        sin = {r["bucket"]: r for r in select(rows, encoding="sinusoidal", seed=seed, split="test")}
+        assert float(sin["1"]["bleu"]) == 0.0
+        assert 0.0 < float(sin["6"]["bleu"]) < 100.0
+        assert float(sin["all"]["bleu"]) < 100.0
+
+
+def test_csv_bucket_sizes_and_job_columns(report: dict) -> None:
+    rows = report["rows"]
+    # 6 finished jobs x (7 test rows + 5 test_long rows); the unfinished job has none
+    assert len(rows) == 6 * 12
+    assert not select(rows, seed="3")
+    one = select(rows, encoding="rope", seed="2", split="test")
+    sizes = {r["bucket"]: int(r["n_sentences"]) for r in one}
+    assert sizes["all"] == 20 and sum(n for b, n in sizes.items() if b != "all") == 20
+    assert sizes["1"] == 4  # lines 0, 6, 12, 18 have one item
+    assert {(r["params"], r["train_minutes"], r["train_tokens_per_s"]) for r in one} == {
+        ("3000", "2.0", "500.0")
+    }
+
+
+def test_markdown_main_table(report: dict) -> None:
+    md, rows = report["md"], report["rows"]
+    rope = md_row(md, "rope")
+    # encoding, BLEU test, BLEU test_long, chrF test, chrF test_long, params, min, tok/s, seeds
+    assert rope == ["rope", *["100.00 ± 0.00"] * 4, "2,000", "1.50", "500", "2"]
+    override = md_row(md, OVERRIDE)
+    values = [float(r["bleu"]) for r in select(rows, encoding=OVERRIDE, split="test", bucket="all")]
+    assert sorted(values)[1] == 100.0 and sorted(values)[0] < 5.0
+    expected = f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}"
+    assert override[1] == expected
+    assert override[-1] == "2"
+    assert "sinusoidal" in md_row(md, "sinusoidal")[0]
+    # ranked by BLEU on the first split: rope first
+    table = md[md.index("## Test scores") : md.index("## BLEU by source length")]
+    assert table.index("| rope |") < table.index(f"| {OVERRIDE} |")
+
+
+def test_markdown_bucket_tables(report: dict) -> None:
+    md = report["md"]
+    section = md[md.index("### test_long") :]
+    assert "| Encoding | 5 (n=2) | 6 (n=2) | 7 (n=2) | 8 (n=2) |" in section
+    assert md_row(md, "rope", "### test_long") == ["rope", *["100.00 ± 0.00"] * 4]
+    assert md_row(md, "sinusoidal", "### test (BLEU)")[1] == "0.00 ± 0.00"  # bucket "1"
+
+
+def test_seed_noise_verdicts(report: dict) -> None:
+    md = report["md"]
+    noise = md[md.index("## Seed noise") : md.index("## Failed")]
+    assert "Welch" in noise and "|t| > 2" in noise
+    assert "**test**: best is **rope**" in noise
+    sin = md_row(noise, "sinusoidal", "**test**")
+    assert sin[2].startswith("-") and sin[4] == "yes"
+    override = md_row(noise, OVERRIDE, "**test**")
+    assert abs(float(override[3])) < 2 and override[4].startswith("no")
+
+
+def test_failed_jobs_and_signature_reported(report: dict) -> None:
+    md = report["md"]
+    failed = md[md.index("## Failed or unfinished jobs") :]
+    assert "6_pos_encoding=sinusoidal,trainer.seed=3" in failed
+    assert "no results.json" in failed
+    assert "Jobs: 6 finished, 1 failed or unfinished" in md
+    assert "tok:13a" in md[md.index("## sacreBLEU") :]
+
+
+def test_png_is_written(report: dict) -> None:
+    png = (report["out"] / "bleu_by_length.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+
+
+def test_single_seed_noise_cannot_be_estimated(tmp_path: Path) -> None:
+    sweep = make_sweep(tmp_path, [j for j in JOBS if j[2] == 1])
+    assert cr.main([str(sweep), "--length-by", "items"]) == 0
+    md = (sweep / "comparison.md").read_text()  # --out defaults to the sweep folder
+    assert "seed noise can't be estimated" in md
+    assert md_row(md, "sinusoidal", "**test**")[4].startswith("n/a")
+
+
+def test_missing_hyp_falls_back_to_results_json(tmp_path: Path) -> None:
+    sweep = make_sweep(tmp_path, JOBS[2:4])
+    (next(sweep.glob("0_*")) / "test.hyp").unlink()
+    assert cr.main([str(sweep), "--out", str(tmp_path / "o")]) == 0
+    with (tmp_path / "o" / "comparison.csv").open() as f:
+        rows = select(list(csv.DictReader(f)), seed="1", split="test")
+    assert [(r["bucket"], r["bleu"], r["chrf"]) for r in rows] == [("all", "12.5", "34.5")]
+    assert "not re-scored by length" in (tmp_path / "o" / "comparison.md").read_text()
+
+
+def test_only_unfinished_jobs_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep = make_sweep(tmp_path, [JOBS[-1]])
+    assert cr.main([str(sweep)]) == 1
+    err = capsys.readouterr().err
+    assert "no finished job" in err and "0_pos_encoding=sinusoidal,trainer.seed=3" in err
+
+
+def test_latest_picks_the_newest_multirun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep = make_sweep(tmp_path, JOBS[2:4])
+    (sweep.parent / "2024-12-31_00-00-00").mkdir()  # older and empty
+    monkeypatch.chdir(tmp_path)
+    assert cr.main(["--latest", "--out", "out"]) == 0
+    assert "Jobs: 2 finished, 0 failed" in (tmp_path / "out" / "comparison.md").read_text()
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_writes_the_three_files(report: dict, tmp_path: Path) -> None:
+    out = tmp_path / "cli"
+    proc = run_cli(str(report["sweep"]), "--out", str(out), "--length-by", "items")
+    assert proc.returncode == 0, proc.stderr
+    names = ["comparison.csv", "comparison.md", "bleu_by_length.png"]
+    assert all((out / n).is_file() for n in names)
+    assert (out / "comparison.md").read_text() in proc.stdout
+    assert all(f"wrote {out / n}" in proc.stdout for n in names)
+
+
+def test_cli_fails_on_an_empty_folder(tmp_path: Path) -> None:
+    proc = run_cli(str(tmp_path))
+    assert proc.returncode != 0
+    assert "no finished job" in proc.stderr
+    assert not (tmp_path / "comparison.md").exists()
+
+
+# ----------------------------------------------------------------------------- trained short
+
+
+def make_short_job(sweep: Path, pos: str, seed: int, long_bleu: float, curve: list) -> None:
+    """A finished run of make sweep-multi30k: results.json with a "length" block, a curve."""
+    path = sweep / f"{pos}_seed{seed}"
+    (path / ".hydra").mkdir(parents=True)
+    cfg = {"pos_encoding": {"kind": pos}, "trainer": {"seed": seed}, "data": {"test": ["a"]}}
+    (path / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
+    cell = lambda bleu: {"n": 5, "bleu": bleu, "chrf": 2 * bleu}  # noqa: E731
+    length = {
+        "splits": ["a", "b"],
+        "max_src_len": 16,
+        "all": cell(30.0),
+        "long": cell(long_bleu),
+        "buckets": {"1-8": cell(40.0), "17-24": cell(long_bleu)},
+    }
+    res = {"test": {"a": cell(31.0), "b": cell(29.0)}, "length": length, "steps": 100}
+    res |= {"minutes": 2.0, "train_minutes": 1.5, "precision": "bf16", "resumed_from": None}
+    (path / "results.json").write_text(json.dumps(res))
+    logs = [{"type": "valid", "step": s, "bleu": b} for s, b in curve]
+    (path / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logs))
+
+
+def test_tokens_mode_compares_with_the_baseline(tmp_path: Path) -> None:
+    """Long-split BLEU sinusoidal 10, 12 and rope 20, 22: Δ +10.00, Welch t = 10 / sqrt(2/2 +
+    2/2) = 7.07 against the baseline, not against the best (rope)."""
+    sweep = tmp_path / "sweep"
+    make_short_job(sweep, "sinusoidal", 1, 10.0, [(50, 5.0), (100, 9.0)])
+    make_short_job(sweep, "sinusoidal", 2, 12.0, [(50, 7.0), (100, 11.0)])
+    make_short_job(sweep, "rope", 1, 20.0, [(50, 6.0), (100, 12.0)])
+    make_short_job(sweep, "rope", 2, 22.0, [(50, 6.0), (100, 14.0)])
+    out = tmp_path / "out"
+    args = [str(sweep), "--out", str(out), "--length-by", "tokens"]
+    assert cr.main([*args, "--baseline", "sinusoidal", "--curves"]) == 0
+    md = (out / "comparison.md").read_text()
+    long_part = md[md.index("**long (> 16 tokens)**") :]
+    assert md_row(long_part, "rope", "Δ vs sinusoidal") == [
+        "rope",
+        "21.00 ± 1.41",
+        "+10.00",
+        "7.07",
+        "yes",
+    ]
+    assert md_row(md, "rope")[:4] == ["rope", "21.00 ± 1.41", "30.00 ± 0.00", "31.00 ± 0.00"]
+    assert md_row(md, "sinusoidal", "### a + b (BLEU)")[1:] == ["40.00 ± 0.00", "11.00 ± 1.41"]
+    assert md_row(md, "sinusoidal", "### a + b (chrF)")[1:] == ["80.00 ± 0.00", "22.00 ± 2.83"]
+    assert md_row(md, "rope", "## Learning curves")[1:] == ["6.0 ± 0.0", "13.0 ± 1.4"]
+    assert md_row(md, "sinusoidal", "## Learning curves")[1:] == ["6.0 ± 1.4", "10.0 ± 1.4"]
+    assert "summed: 8.0 min" in md
+    assert md_row(md, "rope", "## Runs") == ["rope", "1", "100", "bf16", "1.5", "2.0", "no"]
+    assert cr.main(args) == 0  # without a baseline the best (rope) is the reference
+    plain = (out / "comparison.md").read_text()
+    assert "Δ vs rope" in plain and "Δ vs sinusoidal" not in plain
+
+
+def test_tokens_mode_notes_a_run_without_length_results(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    make_short_job(sweep, "sinusoidal", 1, 10.0, [])
+    make_short_job(sweep, "rope", 1, 20.0, [])
+    res = json.loads((sweep / "rope_seed1" / "results.json").read_text())
+    del res["length"]
+    (sweep / "rope_seed1" / "results.json").write_text(json.dumps(res))
+    assert cr.main([str(sweep), "--out", str(tmp_path / "o"), "--length-by", "tokens"]) == 0
+    md = (tmp_path / "o" / "comparison.md").read_text()
+    assert "not trained with data.train_max_src_len" in md

@@ -1,0 +1,106 @@
+"""trainer.precision=auto: the choice is timed on real steps, logged, leaves no trace on the run,
+and a resumed run keeps it (seq2seq/train/precision.py, Trainer.state_precision)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+import seq2seq.train.precision
+from seq2seq.config.schema import Precision
+from seq2seq.train.build import build_trainer
+from seq2seq.train.checkpoint import load_checkpoint
+from seq2seq.train.precision import CANDIDATES, device_default, faster, time_precisions
+from seq2seq.train.trainer import Trainer
+from tests.tiny_run import compose_train, tiny_overrides, write_slice
+
+
+def auto_trainer(tmp_path: Path, precision: str = "auto") -> Trainer:
+    """A tiny run (dropout on, so that the random generators matter) in `precision`."""
+    data = tmp_path.parent / "data"
+    if not data.exists():
+        write_slice(data)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(parents=True)
+    args = tiny_overrides(
+        data,
+        tmp_path.parent / "cache",
+        "trainer.max_steps=3",
+        "trainer.valid_every=1000",
+        "trainer.keep_last=0",
+    )
+    cfg = compose_train([*args, f"trainer.precision={precision}"])
+    return build_trainer(cfg, run_dir)
+
+
+def test_auto_times_both_precisions_and_logs_the_choice(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="seq2seq"):
+        trainer = auto_trainer(tmp_path / "a")
+    trainer.close()
+    assert set(trainer.precision_times) == {"fp32", "bf16"}
+    assert all(s > 0 for s in trainer.precision_times.values())
+    chosen = trainer.precision
+    assert chosen in CANDIDATES
+    assert trainer.state.precision == chosen.value
+    assert chosen == faster({Precision(p): s for p, s in trainer.precision_times.items()})
+    lines = [r.getMessage() for r in caplog.records if "precision auto" in r.getMessage()]
+    assert len(lines) == 1
+    assert f"precision auto: {chosen.value} on this CPU" in lines[0]
+    assert "fp32 " in lines[0] and "bf16 " in lines[0]
+
+
+def test_timing_leaves_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose auto chose fp32 trains exactly as a run asked for fp32: the timed steps'
+    weights, optimizer state, schedule and random draws are all put back."""
+    monkeypatch.setattr(seq2seq.train.precision, "faster", lambda times: Precision.fp32)
+    runs = {}
+    for precision in ("auto", "fp32"):
+        trainer = auto_trainer(tmp_path / precision, precision)
+        trainer.fit()
+        trainer.close()
+        log = (trainer.run_dir / "train_log.jsonl").read_text().splitlines()
+        runs[precision] = (trainer.model.state_dict(), [line for line in log if "train" in line])
+    assert runs["auto"][1] == runs["fp32"][1]  # every step's loss, norm and lr, to the bit
+    for name, tensor in runs["fp32"][0].items():
+        assert torch.equal(runs["auto"][0][name], tensor), name
+
+
+def test_a_resumed_run_keeps_its_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seq2seq.train.precision, "faster", lambda times: Precision.bf16)
+    trainer = auto_trainer(tmp_path)
+    trainer.fit()
+    trainer.close()
+    path = trainer.ckpt_dir / "last.pt"
+    ckpt = load_checkpoint(path)
+    assert ckpt["train_state"]["precision"] == "bf16"
+
+    def no_timing(self: Trainer) -> None:
+        raise AssertionError("a resumed run must not time the precisions again")
+
+    monkeypatch.setattr(Trainer, "time_precisions", no_timing)
+    resumed = build_trainer(trainer.cfg, trainer.run_dir, (path, ckpt))
+    resumed.close()
+    assert resumed.precision == Precision.bf16
+
+
+def test_time_precisions_alternates_and_skips_the_warm_up() -> None:
+    calls: list[tuple[Precision, int]] = []
+    times = time_precisions(lambda p, r: calls.append((p, r)), rounds=2)
+    assert calls == [(p, r) for r in range(3) for p in CANDIDATES]
+    assert set(times) == set(CANDIDATES)
+
+
+def test_faster_takes_the_shorter_step_and_fp32_on_a_tie() -> None:
+    assert faster({Precision.fp32: 2.0, Precision.bf16: 1.0}) == Precision.bf16
+    assert faster({Precision.fp32: 1.0, Precision.bf16: 2.0}) == Precision.fp32
+    assert faster({Precision.fp32: 1.0, Precision.bf16: 1.0}) == Precision.fp32
+
+
+def test_only_a_cpu_is_timed() -> None:
+    assert device_default(torch.device("cpu")) is None
+    assert device_default(torch.device("meta")) == Precision.fp32

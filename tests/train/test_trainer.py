@@ -1,0 +1,274 @@
+"""Tests for the GPU-path options of the Trainer, run on the CPU: bf16 autocast, the FLOPs
+formula behind train/mfu, padding efficiency in the log, and trainer.compile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from seq2seq.data.batching import collate
+from seq2seq.kernels import onednn
+from seq2seq.train.build import build_trainer
+from seq2seq.train.checkpoint import load_checkpoint
+from seq2seq.train.flops import FlopCounter, Throughput, cpu_peak_tflops, peak_tflops
+from seq2seq.train.run import train
+from seq2seq.train.trainer import Trainer
+from seq2seq.train.validation import log_positional_images
+from tests.conftest import MakeModel
+from tests.references import smoothed_loss
+from tests.tiny_run import compose_train, tiny_overrides, write_slice
+
+
+def tiny_trainer(tmp_path: Path, *extra: str) -> Trainer:
+    data = tmp_path / "data"
+    if not data.exists():
+        write_slice(data)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    args = tiny_overrides(
+        data,
+        tmp_path / "cache",
+        "trainer.max_steps=3",
+        "model.dropout=0.0",
+        "trainer.valid_every=1000",
+        "trainer.keep_last=0",
+        *extra,
+    )
+    return build_trainer(compose_train(args), run_dir)
+
+
+def train_records(trainer: Trainer) -> list[dict[str, float]]:
+    lines = (trainer.run_dir / "train_log.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["type"] == "train"]
+
+
+def test_bf16_autocast_trains_on_cpu_close_to_fp32(tmp_path: Path) -> None:
+    results = {}
+    for precision in ("fp32", "bf16"):
+        trainer = tiny_trainer(tmp_path / precision, f"trainer.precision={precision}")
+        before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        trainer.fit()
+        trainer.close()
+        after = trainer.model.state_dict()
+        assert all(v.dtype == torch.float32 for v in after.values())  # master weights stay fp32
+        assert any(not torch.equal(before[k], after[k]) for k in before)
+        results[precision] = [r["loss"] for r in train_records(trainer)]
+    assert len(results["bf16"]) == 3
+    assert results["bf16"] != results["fp32"]  # bf16 really ran
+    assert results["bf16"] == pytest.approx(results["fp32"], rel=0.02)
+
+
+def test_train_log_has_flops_and_padding_efficiency(tmp_path: Path) -> None:
+    trainer = tiny_trainer(tmp_path)
+    trainer.fit()
+    trainer.close()
+    for record in train_records(trainer):
+        assert 0.3 < record["padding_efficiency"] <= 1.0  # length-bucketed batches pad little
+        assert record["flops"] > 0
+
+
+def math_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    **_: object,
+) -> torch.Tensor:
+    """Attention as plain matmuls (q (B, H, L, dh), k/v (B, H, S, dh)), which FlopCounterMode
+    counts (it has no formula for the CPU SDPA kernel)."""
+    scores = (q @ k.transpose(-2, -1)) * (scale or q.shape[-1] ** -0.5)  # (B, H, L, S)
+    if is_causal:
+        future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    if attn_mask is not None:
+        is_bool = attn_mask.dtype == torch.bool
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if is_bool else scores + attn_mask
+    return scores.softmax(-1) @ v  # (B, H, L, dh)
+
+
+def test_flop_formula_matches_torch_flop_counter(
+    make_model: MakeModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unpadded batch: the formula against the FLOPs torch counts for forward + backward
+    (matmuls only: biases and norms make the small gap). torch's counter does not see
+    oneDNN's linear op, so the layers take F.linear here."""
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", math_sdpa)
+    monkeypatch.setattr(onednn, "ENABLED", False)
+    model = make_model("sinusoidal", d_model=32, layers=2, d_ff=64, vocab=50).train()
+    src = [[5 + (i + j) % 40 for j in range(11)] for i in range(4)]  # (4, 12) with EOS
+    tgt = [[7 + (i * j) % 40 for j in range(8)] for i in range(4)]  # (4, 9) with BOS/EOS
+    batch = collate(range(4), src, tgt)
+    with FlopCounterMode(display=False) as counter:
+        logits = model.logits(batch.src, batch.tgt_in)  # (B, T, V)
+        smoothed_loss(logits.flatten(0, 1), batch.tgt_out.flatten(), 0.1)[0].backward()
+    counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    assert "aten.bmm" in counts or "aten.matmul" in counts  # attention was counted
+    formula = FlopCounter(model, 32, (2, 2), 50).batch(
+        batch.src_tokens, batch.tgt_tokens, batch.src.shape[1], batch.tgt_out.shape[1]
+    )
+    assert formula == pytest.approx(counter.get_total_flops(), rel=0.03)
+
+
+def test_peak_tflops_and_mfu() -> None:
+    cpu = torch.device("cpu")
+    assert peak_tflops(cpu) == cpu_peak_tflops(torch.float32)  # measured once, then cached
+    assert peak_tflops(cpu, 2.5) == 2.5
+    meter = Throughput(peak_flops=1e12)
+    meter.add(flops=5e11, real=90, padded=100)
+    out = meter.scalars()
+    assert out["padding_efficiency"] == pytest.approx(0.9)
+    assert out["mfu"] == pytest.approx(out["tflops"])  # peak of 1 TFLOPS
+    assert "mfu" not in Throughput(peak_flops=0.0).scalars()
+
+
+def test_cpu_peak_is_a_matmul_rate_and_leaves_the_random_generator_alone() -> None:
+    """The CPU's peak is measured, not a placeholder: 2 * n^3 FLOPs over the time of an n x n
+    matmul lands between 1 GFLOPS and 1 PFLOPS on any CPU; the training's random stream does
+    not move."""
+    state = torch.random.get_rng_state()
+    tflops = cpu_peak_tflops.__wrapped__(torch.float32, size=128, repeats=2)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert 1e-3 < tflops < 1e3
+
+
+def test_adamw_is_fused_on_cpu(make_model: MakeModel) -> None:
+    from seq2seq.config.schema import OptimConfig
+    from seq2seq.train.build import FUSED_ADAMW_ON_CPU, build_optimizer
+
+    optimizer, _ = build_optimizer(make_model(), OptimConfig(), torch.device("cpu"))
+    assert optimizer.defaults["fused"] is (True if FUSED_ADAMW_ON_CPU else None)
+
+
+def test_fused_adamw_steps_like_the_reference(make_model: MakeModel) -> None:
+    """Our optimizer (fused on this CPU) moves the weights as torch's plain per-tensor AdamW."""
+    from seq2seq.config.schema import OptimConfig
+    from seq2seq.train.build import build_optimizer
+
+    ours, ref = make_model(), make_model()
+    ref.load_state_dict(ours.state_dict())
+    cfg = OptimConfig(warmup_steps=1, weight_decay=0.01)
+    opt, _ = build_optimizer(ours, cfg, torch.device("cpu"))
+    plain = torch.optim.AdamW(
+        ref.parameters(),
+        lr=cfg.lr,
+        betas=tuple(cfg.betas),
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+        foreach=False,
+    )
+    for step in range(3):
+        for p, q in zip(ours.parameters(), ref.parameters()):
+            p.grad = torch.full_like(p, 0.1 * (step + 1)) * torch.randn_like(p).sign()
+            q.grad = p.grad.clone()
+        opt.step()
+        plain.step()
+        for p, q in zip(ours.parameters(), ref.parameters()):
+            torch.testing.assert_close(p, q)
+
+
+def test_decoding_sees_the_weights_of_each_fused_step() -> None:
+    """Linear's packed copy of a weight (no-grad CPU path) follows every optimizer step."""
+    from seq2seq.config.schema import OptimConfig
+    from seq2seq.model.layers import Linear
+    from seq2seq.train.build import build_optimizer
+
+    layer, x = Linear(16, 8), torch.randn(4, 16)
+    opt, _ = build_optimizer(layer, OptimConfig(warmup_steps=1, lr=0.1), torch.device("cpu"))
+    for _ in range(2):
+        with torch.no_grad():
+            torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias)
+        layer(x).square().sum().backward()
+        opt.step()
+
+
+@pytest.mark.slow  # torch.compile's first compilation takes ~30 s on 2 CPU cores
+def test_compile_trains_like_eager(tmp_path: Path) -> None:
+    """The losses of the same steps agree (weights are not compared: the key bias has an
+    analytically zero gradient, whose rounding noise Adam turns into lr-sized steps)."""
+    losses = {}
+    for name, extra in (("eager", ()), ("compiled", ("trainer.compile=true",))):
+        trainer = tiny_trainer(tmp_path / name, *extra)
+        trainer.fit()
+        trainer.close()
+        losses[name] = [r["loss"] for r in train_records(trainer)]
+    assert len(losses["compiled"]) == 3
+    assert losses["compiled"] == pytest.approx(losses["eager"], rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("kind", "has_image"),
+    [("sinusoidal", True), ("t5_bias", True), ("alibi", True), ("none", False)],
+)
+def test_positional_heatmaps_reach_tensorboard(tmp_path: Path, kind: str, has_image: bool) -> None:
+    """Each validation logs a heatmap of every encoding that has a table or per-head biases."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trainer = tiny_trainer(tmp_path, f"pos_encoding={kind}")
+    log_positional_images(trainer.writer, trainer.model, step=1)
+    trainer.writer.flush()
+    events = EventAccumulator(str(trainer.run_dir / "tb"), size_guidance={"images": 0}).Reload()
+    tags = set(events.Tags()["images"])
+    want = {"positional/encoder", "positional/decoder"} if has_image else set()
+    assert tags == want
+    for tag in want:
+        image = events.Images(tag)[-1]
+        assert image.width > 1 and image.height > 1
+    trainer.close()
+
+
+def test_a_trainer_from_objects_reads_no_corpus(tmp_path: Path) -> None:
+    """The Trainer takes objects (a model, its optimizer and schedule, encoded splits and their
+    tokenizers) and trains on them: data.root and tokenizer.cache_dir name no folder, and the
+    run directory gets only its logs."""
+    from seq2seq.data.tokenizer import build_vocab
+    from seq2seq.model.transformer import build_model
+    from seq2seq.train.build import build_optimizer
+    from seq2seq.train.corpus import corpus_from_splits, encode_split
+
+    absent = tmp_path / "absent"
+    cfg = compose_train(tiny_overrides(absent, absent, "trainer.valid_every=1000"))
+    pairs = [(f"{n} apples", f"{n} Äpfel") for n in range(40)]
+    tok = build_vocab("char", [text for pair in pairs for text in pair], vocab_size=64)
+    splits = {name: encode_split(name, pairs, tok, tok) for name in ("train", "valid", "test")}
+    model = build_model(cfg, tok.vocab_size, tok.vocab_size)
+    optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    corpus = corpus_from_splits(cfg, splits["train"], splits, (tok, tok))
+    trainer = Trainer(cfg, model, optimizer, scheduler, corpus, run_dir)
+    batch = corpus.train.collate(trainer.epoch_batches(0)[0])
+    stats = trainer.train_step([batch])
+    trainer.close()
+    assert stats is not None and stats["tokens"] == batch.tgt_tokens
+    assert trainer.state.step == 1
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert not absent.exists()
+    assert sorted(p.name for p in run_dir.iterdir()) == ["tb", "train_log.jsonl"]
+
+
+@pytest.mark.parametrize("metric", ["loss", "bleu"])
+def test_best_pt_is_the_best_logged_validation(tmp_path: Path, metric: str) -> None:
+    """A real tiny run: best.pt is the validation with the lowest loss / highest BLEU of the
+    run's log (the first of equals), and every validation logs BLEU and chrF (TER is left to
+    the test splits)."""
+    write_slice(tmp_path / "data")
+    extra = ["trainer.valid_every=2", f"trainer.best_metric={metric}", "trainer.keep_last=0"]
+    cfg = compose_train(tiny_overrides(tmp_path / "data", tmp_path / "cache", *extra))
+    train(cfg, tmp_path / "run")
+    lines = (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()
+    valid = [r for r in map(json.loads, lines) if r["type"] == "valid"]
+    assert [r["step"] for r in valid] == [2, 4, 6, 8, 10, 12]
+    assert all({"bleu", "chrf"} <= r.keys() and "ter" not in r for r in valid)
+    sign = 1 if metric == "loss" else -1
+    want = min(valid, key=lambda r: (sign * r[metric], r["step"]))
+    best = load_checkpoint(tmp_path / "run" / "checkpoints" / "best.pt")["train_state"]
+    assert (best["step"], best["best_score"]) == (want["step"], want[metric])
+    assert valid[-1]["best_step"] == want["step"]
