@@ -25,7 +25,7 @@ LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install prepare train resume translate evaluate export sweep sweep-multi30k data multi30k test test-full lint format bench clean
+.PHONY: help install prepare train resume translate evaluate export sweep sweep-multi30k data multi30k test test-slow test-full lint format bench clean
 
 help:  ## this list of targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -78,6 +78,9 @@ multi30k:  ## Multi30k recipe: make multi30k PAIR=en_de|de_en|en_fr (data from M
 
 test:  ## the CI suite (slow tests excluded)
 	$(PY) -m pytest -q
+
+test-slow:  ## only the slow tests (torch.compile, SIGKILL at each moment): ~1.5 min on 2 cores
+	$(PY) -m pytest -q -m slow
 
 test-full:  ## every test, slow ones included
 	$(PY) -m pytest -q -m ""
