@@ -135,6 +135,9 @@ class PosEncodingConfig:
     # true = keys on the left and on the right get different slopes (docs/POSITIONAL_ENCODINGS.md)
     alibi_directional: bool = False
     t5_zero_init: bool = False  # t5_bias: start the table at zero, not N(0, d_model^-0.5) as T5
+    # fire: the threshold L's starting value (tokens); below the longest training position, or
+    # the progressive interpolation never acts in training (the run reports it)
+    fire_threshold: float = 32.0
 
 
 @dataclass

@@ -41,6 +41,11 @@ class PositionalEncoding(nn.Module):
     def values(self, weights: Tensor, q_offset: int) -> Tensor | None:
         return None  # else (B, H, Tq, Dh), added to the attention output
 
+    def untrained(self, length: int) -> str | None:
+        """What training on positions 0 .. length - 1 cannot train of this encoding's parameters
+        (or a mechanism of it that never acts there), in words; None when it trains it all."""
+        return None
+
     def image(self) -> Tensor | None:
         """A 2-D picture of the learned or fixed table, for TensorBoard (None if there is none)."""
         return None
@@ -86,6 +91,10 @@ class PerLayer(PositionalEncoding):
 
     def values(self, weights: Tensor, q_offset: int) -> Tensor | None:
         return self.first.values(weights, q_offset)  # (B, H, Tq, Dh) or None
+
+    def untrained(self, length: int) -> str | None:
+        note = self.first.untrained(length)
+        return None if note is None else f"{note} (in each of the {len(self.layers)} layers)"
 
     def image(self) -> Tensor | None:
         return self.first.image()
@@ -139,6 +148,12 @@ class Learned(PositionalEncoding):
                 "was asked for: raise pos_encoding.max_len or lower data.max_len"
             )
         return x + self.table.weight[offset:end].to(x.dtype)  # (B, T, D)
+
+    def untrained(self, length: int) -> str | None:
+        n = self.table.num_embeddings
+        if length >= n:
+            return None
+        return f"learned: rows {length}..{n - 1} ({n - length} of {n}) never get a gradient"
 
     def image(self) -> Tensor:
         return self.table.weight.detach()[:128]  # (T, D)
@@ -292,6 +307,20 @@ class T5Bias(PositionalEncoding):
         bucket = t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)
         return self.table(bucket).permute(2, 0, 1)[None].to(q.dtype)  # (1, H, Tq, Tk)
 
+    def _reached(self, length: int) -> set[int]:
+        """The buckets of the distances within `length` positions."""
+        rel = torch.arange(-(length - 1), length if self.bidirectional else 1)
+        return set(t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance).tolist())
+
+    def untrained(self, length: int) -> str | None:
+        unused = len(self._reached(4 * self.max_distance) - self._reached(length))
+        if unused == 0:
+            return None
+        return (
+            f"t5_bias: {unused} of {self.num_buckets} buckets are for distances over {length - 1} "
+            f"and keep their initial values (max_distance={self.max_distance})"
+        )
+
     def image(self) -> Tensor:
         return self.table.weight.detach().t()  # (H, buckets)
 
@@ -331,6 +360,14 @@ class ShawRelative(PositionalEncoding):
         per_dist.scatter_add_(-1, idx.expand(*weights.shape[:2], -1, -1), weights)
         return per_dist @ self.vals.weight.to(weights.dtype)  # (B, H, Tq, Dh)
 
+    def untrained(self, length: int) -> str | None:
+        if self.clip < length:
+            return None
+        return (
+            f"relative: the key and value embeddings of distances {length}..{self.clip} (clip="
+            f"{self.clip}) never get a gradient"
+        )
+
     def image(self) -> Tensor:
         return self.keys.weight.detach()  # (2k+1, Dh)
 
@@ -340,9 +377,13 @@ class Kerple(PositionalEncoding):
     Embedding for Length Extrapolation"): bias = -r1 * log(1 + r2 * |i - j|) per head, r1, r2 > 0
     learned.
 
-    As the authors' GPT-NeoX code: r1 ~ U(0, 2), r2 ~ U(0, 1), both held above 1e-2, and one
-    pair per layer. The paper is causal; in the (bidirectional) encoder each head learns one pair
-    for keys on its left and one for keys on its right, so it can tell the two sides apart.
+    As the authors' GPT-NeoX code (ParallelKerpleLog): r1 ~ U(0, 2), r2 ~ U(0, 1), and the
+    stored values are clamped to at least 1e-2 before each use in training, so a value pushed
+    below the bound comes back to it and keeps its gradient (a clamp inside the graph would
+    freeze it there); in evaluation the values are only read (clamped, not written). The module
+    is built once and shared by the stack's layers, as theirs (pos_encoding.share_layers=false:
+    one pair per layer). The paper is causal; in the (bidirectional) encoder each head learns one
+    pair for keys on its left and one for keys on its right, so it can tell the two sides apart.
     """
 
     EPS = 1e-2  # the smallest r1, r2 (the authors' clamp)
@@ -354,8 +395,16 @@ class Kerple(PositionalEncoding):
         self.r2 = nn.Parameter(torch.rand(sides, n_heads))  # (sides, H)
 
     def _bias(self, rel: Tensor) -> Tensor:
-        r1 = self.r1.clamp(min=self.EPS)[:, :, None, None]  # (sides, H, 1, 1)
-        r2 = self.r2.clamp(min=self.EPS)[:, :, None, None]
+        if self.training:
+            with torch.no_grad():  # the stored values (the authors' `.data = .data.clamp`),
+                for r in (self.r1, self.r2):  # only when out of bounds: a layer sharing this
+                    if bool((r < self.EPS).any()):  # module may have saved r for its backward
+                        r.clamp_(min=self.EPS)
+            r1: Tensor = self.r1  # (sides, H)
+            r2: Tensor = self.r2
+        else:
+            r1, r2 = self.r1.clamp(min=self.EPS), self.r2.clamp(min=self.EPS)
+        r1, r2 = r1[:, :, None, None], r2[:, :, None, None]  # (sides, H, 1, 1)
         per_side = -r1 * torch.log1p(r2 * rel.abs().float())  # (sides, H, Tq, Tk)
         return torch.where(rel > 0, per_side[-1], per_side[0])  # (H, Tq, Tk)
 
@@ -374,16 +423,18 @@ class Fire(PositionalEncoding):
     f is a small MLP from the scalar to one bias per head (one hidden layer of 32 ReLU units);
     c > 0 and the threshold L > 0 are learned. Dividing by psi(max(L, i)) is the paper's
     progressive interpolation: past L, distances shrink into the range seen in training.
-    Our starting values: c = 0.1 and L = 32 tokens (about the longest training sentence here).
+    Our starting values: c = 0.1 and L = pos_encoding.fire_threshold (32 tokens by default);
+    L must start below the longest training position for the interpolation to act in training
+    (`untrained` reports it otherwise).
     The paper is causal (i >= j); in the encoder a key on the right gets the negated input
     -psi(j - i) / psi(max(L, i)), so the MLP sees which side a key is on.
     """
 
-    def __init__(self, n_heads: int, hidden: int = 32) -> None:
+    def __init__(self, n_heads: int, threshold: float = 32.0, hidden: int = 32) -> None:
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, n_heads))
         self.c = nn.Parameter(torch.tensor(0.1))
-        self.threshold = nn.Parameter(torch.tensor(32.0))
+        self.threshold = nn.Parameter(torch.tensor(float(threshold)))
 
     def _bias(self, q_offset: int, q_len: int, k_len: int, device: torch.device) -> Tensor:
         dist = -relative_positions(q_offset, q_len, k_len, device).float()  # (Tq, Tk): i - j
@@ -395,6 +446,16 @@ class Fire(PositionalEncoding):
 
     def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
         return self._bias(q_offset, q.size(-2), k_len, q.device)[None].to(q.dtype)  # (1, H, ..)
+
+    def untrained(self, length: int) -> str | None:
+        threshold = float(self.threshold.detach().abs())
+        if threshold < length - 1:
+            return None
+        return (
+            f"fire: L = {threshold:g} is not below the longest training position {length - 1}, "
+            "so the progressive interpolation never acts in training (lower "
+            "pos_encoding.fire_threshold)"
+        )
 
     def image(self) -> Tensor:
         return self._bias(63, 1, 127, self.c.device).detach()[:, 0]  # (H, distance)
@@ -414,7 +475,7 @@ BUILDERS: dict[str, Builder] = {
     ),
     "relative": lambda c, d, h, causal: ShawRelative(d // h, c.clip),
     "kerple": lambda c, d, h, causal: Kerple(h, causal),
-    "fire": lambda c, d, h, causal: Fire(h),
+    "fire": lambda c, d, h, causal: Fire(h, c.fire_threshold),
 }
 
 # kinds with parameters in attention: one set per layer unless pos_encoding.share_layers says

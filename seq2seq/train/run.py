@@ -145,6 +145,7 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
         "skipped_steps": s.skipped_steps,
         "train_minutes": fit_seconds / 60,
         "params": trainer.model.num_params(),
+        "untrained_positions": trainer.untrained,
         "precision": trainer.precision.value,
         "precision_s_per_step": trainer.precision_times,
         "train_tokens_per_s": (s.tokens - start_tokens) / fit_seconds,

@@ -127,6 +127,20 @@ class Trainer:
             self.device,
             self.precision.value,
         )
+        self.untrained = self.untrained_positions()
+        for side, note in self.untrained.items():
+            log.warning("%s positions: %s", side, note)
+
+    def untrained_positions(self) -> dict[str, str]:
+        """What the positional encodings cannot learn from this run's training pairs, by side:
+        the encoder sees positions up to the longest source + EOS, the decoder up to BOS + the
+        longest target (results.json keeps it: a comparison must know an untrained table)."""
+        src, tgt = self.train_data.longest()
+        notes = {
+            "encoder": self.model.enc_pos.untrained(src + 1),
+            "decoder": self.model.dec_pos.untrained(tgt + 1),
+        }
+        return {side: note for side, note in notes.items() if note is not None}
 
     def open_meters(self) -> None:
         """The FLOP counter and throughput meter (MFU against the precision's peak), and, on
