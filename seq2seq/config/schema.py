@@ -98,13 +98,23 @@ class DataConfig:
     test: list[str] = field(default_factory=lambda: ["test"])  # splits scored after training
     max_len: int = 256  # pairs with a side longer than this (in tokens) are dropped and counted
     # length generalization: train only on the pairs whose source has at most this many tokens
-    # (0 = all). Validation and test splits stay whole; the test splits are then also scored
-    # together by source-token bucket, with a "long" split of every sentence over this length
+    # (0 = all). It is then also the experiment's cap L (unless length_cap sets one): validation
+    # keeps only sources of at most L tokens (best.pt is chosen within the cap), and the whole
+    # test splits are also scored together by source-token bucket around L, with a "long" split
+    # of every sentence over L and the hypothesis/reference length ratio of each bucket
     train_max_src_len: int = 0
+    # the cap L of a reference run trained on every length (train_max_src_len=0): validated and
+    # scored as a capped run would be, so that the two compare on the same sentences (0 = none)
+    length_cap: int = 0
     # a seq2seq-prepare output to train from; unset: prepared on first use into cache_dir
     prepared: str | None = None
     cache_dir: str = ".cache/prepared"  # data prepared on first use, keyed by files and settings
     workers: int = 0  # processes that tokenize while preparing (0 = one per core)
+
+
+def length_cap(d: DataConfig) -> int:
+    """The cap L of a length experiment (data.length_cap, else data.train_max_src_len; 0: none)."""
+    return d.length_cap or d.train_max_src_len
 
 
 @dataclass
@@ -389,6 +399,12 @@ def check_data(d: DataConfig, tok: TokenizerConfig) -> None:
     _require(d.workers >= 0, "data.workers", d.workers, "0 (one per core) or more")
     _require(
         d.train_max_src_len >= 0, "data.train_max_src_len", d.train_max_src_len, "0 (off) or more"
+    )
+    _require(
+        d.length_cap == 0 or d.train_max_src_len in (0, d.length_cap),
+        "data.length_cap",
+        d.length_cap,
+        f"0 or data.train_max_src_len ({d.train_max_src_len}) when training is capped",
     )
     _require(tok.sample_lines >= 1, "tokenizer.sample_lines", tok.sample_lines, "at least 1")
 

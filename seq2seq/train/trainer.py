@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 
-from seq2seq.config.schema import Precision, TrainConfig
+from seq2seq.config.schema import Precision, TrainConfig, length_cap
 from seq2seq.data.batching import Batch
 from seq2seq.data.epochs import BatchRef
 from seq2seq.decode.search import translate_ids
@@ -47,7 +47,7 @@ from seq2seq.train.checkpoint import (
     rotate_checkpoints,
     save_checkpoint,
 )
-from seq2seq.train.corpus import Corpus
+from seq2seq.train.corpus import Corpus, within_cap
 from seq2seq.train.distributed import DistInfo, NullWriter, all_reduce_sum, broadcast, shard
 from seq2seq.train.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.train.interrupt import StopSignals, TrainingInterrupted
@@ -100,6 +100,8 @@ class Trainer:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.src_tok, self.tgt_tok = data.tokenizers
         self.splits, self.train_data = data.evals, data.train
+        # validation (and best.pt) within a length experiment's cap; the test splits stay whole
+        self.valid_split = within_cap(self.splits[cfg.data.valid], length_cap(cfg.data))
         self.fingerprint = data.fingerprint
         self.dist, self.device = dist or DistInfo(), next(model.parameters()).device
         self.scaler = torch.amp.GradScaler(enabled=t.precision == Precision.fp16)
@@ -417,7 +419,7 @@ class Trainer:
         """Teacher-forced loss and perplexity, and BLEU, chrF and TER of greedy translations,
         on valid."""
         cfg = self.cfg
-        return validate(self.model, self.splits[cfg.data.valid], self.tgt_tok, cfg, self.autocast)
+        return validate(self.model, self.valid_split, self.tgt_tok, cfg, self.autocast)
 
     def validate_and_save(self) -> None:
         """Validate, update the best score (trainer.best_metric) and early-stopping counters,
@@ -487,8 +489,9 @@ class Trainer:
 
     def test(self, path: Path, tag: str = "") -> dict[str, dict[str, object]]:
         """Score checkpoint `path` on every test split with cfg.decode; writes {split}{tag}.hyp.
-        With data.train_max_src_len, "length" holds the test splits' scores together by
-        source-token bucket and on the long split (scoring.length_generalization)."""
+        With a length cap (data.train_max_src_len or data.length_cap), "length" holds the test
+        splits' scores together by source-token bucket and on the long split
+        (scoring.length_generalization)."""
         load_model_state(self.model, load_checkpoint(path, self.device)["model"], path)
         results: dict[str, dict[str, object]] = {}
         lens: list[int] = []  # source lengths, hypotheses, references over every test split
@@ -506,7 +509,7 @@ class Trainer:
             lens.extend(len(ids) for ids in data.src_ids)
             hyps.extend(texts)
             refs.extend(data.tgt_text)
-        cap = self.cfg.data.train_max_src_len
+        cap = length_cap(self.cfg.data)
         if cap and hyps:
             scores = length_generalization(lens, hyps, refs, cap)
             self.length_scores[tag] = {"splits": list(self.cfg.data.test), **scores}

@@ -102,4 +102,4 @@ def test_length_generalization_splits_by_the_cap() -> None:
     assert broken["buckets"]["9-16"]["bleu"] == 100.0
     assert broken["long"]["bleu"] < 5 and broken["all"]["bleu"] < 100
     none_long = length_generalization([1, 2], refs[:2], refs[:2], 16)
-    assert none_long["long"] == {"n": 0, "bleu": None, "chrf": None}
+    assert none_long["long"] == {"n": 0, "bleu": None, "chrf": None, "len_ratio": None}
