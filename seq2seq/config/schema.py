@@ -456,7 +456,7 @@ def merge_decode(
     return merged, changed
 
 
-def config_from_dict(values: dict) -> TrainConfig:
+def config_from_dict(values: dict[str, Any]) -> TrainConfig:
     """A TrainConfig from the plain dict stored in a checkpoint (validated like the CLI's).
 
     A checkpoint saved before a setting existed gets the value it was trained with, where that
@@ -468,7 +468,7 @@ def config_from_dict(values: dict) -> TrainConfig:
 POS_SECTIONS = ("pos_encoding", "encoder_pos", "decoder_pos")
 
 
-def upgrade_pos_encoding(values: dict | None) -> dict | None:
+def upgrade_pos_encoding(values: dict[str, Any] | None) -> dict[str, Any] | None:
     """A stored positional-encoding section from before `share_layers`: Shaw's tables were then
     shared by the layers of a stack, which the checkpoint's weights hold."""
     if not isinstance(values, dict) or "share_layers" in values:

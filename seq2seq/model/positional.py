@@ -290,7 +290,8 @@ class T5Bias(PositionalEncoding):
     def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
         rel = relative_positions(q_offset, q.size(-2), k_len, q.device)  # (Tq, Tk)
         bucket = t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)
-        return self.table(bucket).permute(2, 0, 1)[None].to(q.dtype)  # (1, H, Tq, Tk)
+        table: Tensor = self.table(bucket)  # (Tq, Tk, H)
+        return table.permute(2, 0, 1)[None].to(q.dtype)  # (1, H, Tq, Tk)
 
     def image(self) -> Tensor:
         return self.table.weight.detach().t()  # (H, buckets)
@@ -391,7 +392,8 @@ class Fire(PositionalEncoding):
         q_pos = torch.arange(q_offset, q_offset + q_len, device=device).float()  # (Tq,)
         norm = torch.log(c * torch.maximum(q_pos, self.threshold.abs()).clamp(min=1) + 1)
         x = dist.sign() * torch.log(c * dist.abs() + 1) / norm[:, None]  # (Tq, Tk)
-        return self.mlp(x[..., None]).permute(2, 0, 1)  # (H, Tq, Tk)
+        bias: Tensor = self.mlp(x[..., None])  # (Tq, Tk, H)
+        return bias.permute(2, 0, 1)  # (H, Tq, Tk)
 
     def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
         return self._bias(q_offset, q.size(-2), k_len, q.device)[None].to(q.dtype)  # (1, H, ..)

@@ -184,6 +184,9 @@ def saved_overrides(run_dir: Path) -> list[str]:
 
 def merge_overrides(saved: list[str], extra: list[str]) -> list[str]:
     """`saved` without the keys that `extra` sets again, then `extra`."""
-    key = lambda override: override.split("=", 1)[0].lstrip("+~")  # noqa: E731
+
+    def key(override: str) -> str:
+        return override.split("=", 1)[0].lstrip("+~")
+
     given = {key(o) for o in extra}
     return [o for o in saved if key(o) not in given] + extra

@@ -93,7 +93,10 @@ def check_free_space(folder: Path, checkpoint_bytes: int, keep: int) -> None:
     """Refuse to start when `folder` cannot hold two checkpoints (the one being written and the
     previous one); warn when it cannot hold the `keep` checkpoints a run accumulates."""
     free = shutil.disk_usage(folder).free
-    mib = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
+
+    def mib(n: int) -> str:
+        return f"{n / 2**20:.1f} MiB"
+
     if free < 2 * checkpoint_bytes:
         raise RunDirError(
             f"{folder}: only {mib(free)} free, but a checkpoint takes about "

@@ -159,7 +159,8 @@ class Trainer:
         """Under DDP, gradients are all-reduced only on the last backward of a step."""
         if last or not self.dist.enabled:
             return contextlib.nullcontext()
-        return self.ddp.no_sync()  # type: ignore[operator]
+        # self.ddp is DistributedDataParallel here, whose no_sync has no annotations
+        return self.ddp.no_sync()  # type: ignore[operator, no-any-return]
 
     def step_counts(self, group: list[Batch]) -> dict[str, float]:
         """All ranks' target tokens, model FLOPs, and real and padded (src+tgt) tokens of a step."""
@@ -242,9 +243,10 @@ class Trainer:
     def batch_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """Summed label-smoothed loss and NLL of one batch (teacher forcing)."""
         with self.autocast():
-            return self.forward(  # (the DDP-wrapped or compiled model's forward)
+            losses: tuple[Tensor, Tensor] = self.forward(  # the DDP-wrapped or compiled model
                 batch.src, batch.tgt_in, batch.tgt_out, self.cfg.trainer.label_smoothing
             )
+            return losses
 
     def train_step(self, group: list[Batch]) -> dict[str, float] | None:
         """One optimizer step over `group` (gradient accumulation); returns loss statistics,
