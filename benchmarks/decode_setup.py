@@ -223,7 +223,7 @@ def _teacher_forced(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> dict[
         width = max(len(r) for r in rows)
         return torch.tensor([r + [PAD_ID] * (width - len(r)) for r in rows])
 
-    src = pad([s + [EOS_ID] for s in src_ids])  # (B, S)
+    src = pad([[*s, EOS_ID] for s in src_ids])  # (B, S)
     tgt_in = pad([[BOS_ID, *t] for t in tgt_ids])  # (B, T)
     return {"src": src, "tgt_in": tgt_in, "real": tgt_in.ne(PAD_ID)}
 

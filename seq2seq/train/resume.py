@@ -140,7 +140,7 @@ def check_compatible(saved: dict[str, Any], cfg: TrainConfig, source: Path) -> N
     """Refuse to resume from `source` when the config changed in a way that changes the run."""
     try:
         changes = config_changes(saved, cfg)
-    except Exception as err:  # noqa: BLE001 - OmegaConf raises several types for a bad config
+    except Exception as err:  # OmegaConf raises several types for a bad config
         raise ResumeError(
             f"cannot resume from {source}: its config does not fit this version's schema "
             f"({type(err).__name__}: {str(err).splitlines()[0]}); start a new run"

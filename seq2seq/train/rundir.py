@@ -41,7 +41,7 @@ class RunLock:
     def __enter__(self) -> RunLock:
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until __exit__
+            handle = open(self.path, "a+", encoding="utf-8")  # held until __exit__
         except OSError as err:
             raise RunDirError(f"{self.run_dir}: cannot create the run directory ({err})") from err
         try:

@@ -107,7 +107,7 @@ def test_natural_mode_over_the_cap_share_fails_loudly(decode: ModuleType) -> Non
     }
     decode.check_natural_lengths(table)
     table["greedy_natural"] = {"ours": {"at_cap": 0.25}}
-    with pytest.raises(SystemExit, match="greedy_natural: 25.0%"):
+    with pytest.raises(SystemExit, match=r"greedy_natural: 25\.0%"):
         decode.check_natural_lengths(table)
 
 

@@ -69,7 +69,7 @@ def test_score_refs_perplexity_is_validations(ckpt: Path, tmp_path: Path) -> Non
     refs = seq2seq.cli.evaluate.run(cfg)["ref_scores"]
     assert isinstance(refs, dict)
     model, src_tok, tgt_tok, train_cfg = load_for_inference(ckpt, "cpu")
-    translator, pairs = seq2seq.cli.evaluate.read_checkpoint_split(cfg)
+    _translator, pairs = seq2seq.cli.evaluate.read_checkpoint_split(cfg)
     split = encode_split("test", pairs, src_tok, tgt_tok)
     train_cfg.trainer.valid_bleu_sentences = 1
     loss = validate(model, split, tgt_tok, train_cfg, contextlib.nullcontext)["loss"]

@@ -26,7 +26,7 @@ ODD = [
     "e\u0301 f",  # combining accent
     "½ 3",
     "\u3000x",  # ideographic space
-    "Ｈｅｌｌｏ world",  # full-width letters
+    "Ｈｅｌｌｏ world",  # noqa: RUF001 - full-width letters, on purpose
     "a\x01b",  # control character
     "x \u0301y",  # a combining mark starting a word
     "ŉ ǆ",

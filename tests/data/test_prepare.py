@@ -108,12 +108,12 @@ def test_a_damaged_or_stale_prepared_corpus_is_refused(data: Path, tmp_path: Pat
         open_prepared(out, ["other"])
     manifest = json.loads((out / "manifest.json").read_text())
     (out / "manifest.json").write_text(json.dumps({**manifest, "format": 0}))
-    with pytest.raises(DataError, match="format 0; this version reads format 1. fix"):
+    with pytest.raises(DataError, match=r"format 0; this version reads format 1\. fix"):
         open_prepared(out, ["train"])
     (out / "manifest.json").write_text(json.dumps(manifest))
     with (data / "train.de").open("a", encoding="utf-8") as f:
         f.write("noch eine Zeile\n")
-    with pytest.raises(DataError, match="train.de changed after it was prepared"):
+    with pytest.raises(DataError, match=r"train\.de changed after it was prepared"):
         open_prepared(out, ["train"])
 
 
@@ -184,7 +184,7 @@ def test_training_from_an_explicit_prepared_directory(data: Path, tmp_path: Path
     corpus = load_corpus(cfg)
     assert sorted(corpus.evals) == ["test", "valid"] and len(corpus.train) == 298
     cfg.data.src_lang, cfg.data.tgt_lang = "de", "en"
-    with pytest.raises(DataError, match="holds en-de but data.src_lang/tgt_lang are de-en"):
+    with pytest.raises(DataError, match=r"holds en-de but data\.src_lang/tgt_lang are de-en"):
         load_corpus(cfg)
 
 

@@ -89,8 +89,8 @@ def test_checkpoints_with_other_vocabularies_are_refused() -> None:
     other = VocabTokenizer("word", [*SPECIAL_TOKENS, "two", "one"])
     check_same_vocabularies(["a.pt", "b.pt"], [(words, words), (words, words)])
     with pytest.raises(
-        CheckpointError, match="c.pt: its target vocabulary differs from that of a.pt"
+        CheckpointError, match=r"c\.pt: its target vocabulary differs from that of a\.pt"
     ):
         check_same_vocabularies(["a.pt", "b.pt", "c.pt"], [(words, words)] * 2 + [(words, other)])
-    with pytest.raises(CheckpointError, match="b.pt: its source vocabulary differs"):
+    with pytest.raises(CheckpointError, match=r"b\.pt: its source vocabulary differs"):
         check_same_vocabularies(["a.pt", "b.pt"], [(words, words), (other, words)])

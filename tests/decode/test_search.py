@@ -273,7 +273,7 @@ def reference_beam(
                 norm = float(length_penalty(torch.tensor(step + 1), cfg.length_penalty, cfg.alpha))
                 finished.append(Hypothesis(tokens, score / norm))
             elif token != EOS_ID and len(alive) < k:
-                alive.append((tokens + [token], score))
+                alive.append(([*tokens, token], score))
         finished = sorted(finished, key=lambda h: -h.score)[:k]
         if len(finished) == k or not alive or alive[0][1] == inf:
             break

@@ -109,7 +109,7 @@ def test_ctranslate2_alibi_decoder_but_not_encoder(make_model: MakeModel, tmp_pa
 
 @pytest.mark.parametrize("pos", ["kerple", "fire"])
 def test_ctranslate2_refuses_encodings_it_has_not(make_model: MakeModel, pos: str) -> None:
-    with pytest.raises(ExportError, match="cannot express pos_encoding .* in the encoder"):
+    with pytest.raises(ExportError, match=r"cannot express pos_encoding .* in the encoder"):
         build_spec(make_model(pos), words(VOCAB), words(VOCAB), 64)
 
 

@@ -34,7 +34,7 @@ def reference_attention(
     slopes: torch.Tensor | None,
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(Dh) - slope * |i - j|, masked) v, written out with loops over heads."""
-    b, t, d = x.shape
+    b, t, _d = x.shape
     h, dh = attn.n_heads, attn.head_dim
     q = attn.q_proj(x)
     k, v = attn.kv_proj(x).chunk(2, dim=-1)

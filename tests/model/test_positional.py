@@ -385,7 +385,7 @@ def test_share_layers_chooses_one_table_per_stack_or_per_layer(kind: str) -> Non
         assert all(type(p) is type(pos.layer(0)) is not PerLayer for p in layers)
         assert len({id(p) for p in layers}) == (1 if share else 3)
         tables = {id(t) for p in layers for t in p.parameters()}
-        assert len(tables) == len(list(pos.parameters())) * (1 if share else 1)
+        assert len(tables) == len(list(pos.parameters()))
         assert len(list(pos.parameters())) == len(list(layers[0].parameters())) * (
             1 if share else 3
         )

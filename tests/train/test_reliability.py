@@ -530,14 +530,14 @@ def test_translate_empty_input_gives_empty_output(
     assert (tmp_path / "out.txt").read_bytes() == b""
     assert any("is empty: the output is empty too" in r.getMessage() for r in caplog.records)
     cfg.ckpt = str(tmp_path / "missing.pt")  # a bad checkpoint is reported all the same
-    with pytest.raises(CheckpointError, match="missing.pt"):
+    with pytest.raises(CheckpointError, match=r"missing\.pt"):
         seq2seq.cli.translate.run(cfg)
 
 
 def test_translate_unseen_characters_become_unk(averaged_run: Path, tmp_path: Path) -> None:
-    lines = ["seven ☃ 𝔘 zwölf", "日本語", "twelve"]
+    lines = ["seven ☃ 𝔘 zwölf", "日本語", "twelve"]  # noqa: RUF001 - unseen characters, on purpose
     cfg = translate_cfg(averaged_run, tmp_path, lines)
-    model, src_tok, _, _ = load_for_inference(cfg.ckpt, "cpu")
+    _model, src_tok, _, _ = load_for_inference(cfg.ckpt, "cpu")
     assert all(UNK_ID in src_tok.encode(line) for line in lines[:2])
     seq2seq.cli.translate.run(cfg)
     assert len(output_lines(tmp_path)) == 3
