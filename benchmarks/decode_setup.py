@@ -165,7 +165,7 @@ def trained_precision(tok: Tokenizer, cache_dir: Path, settings: TrainSettings) 
     return json.loads(side.read_text())["precision"] if side.exists() else "not recorded"
 
 
-def test_sources(root: Path, tok: Tokenizer, n: int, lang: str = "en") -> list[list[int]]:
+def test_sources(root: Path, tok: Tokenizer, n: int, lang: str = "en") -> list[list[int]]:  # noqa: PT028 - the test split's, not a pytest test
     """Token ids of the first n sentences of test_2016_flickr.<lang> (no EOS)."""
     return tok.encode_batch(read_lines(split_file(root, f"test_2016_flickr.{lang}"))[:n])
 

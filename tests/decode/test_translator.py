@@ -90,7 +90,8 @@ def test_ensembles_and_alignments_from_python(run: Path, tmp_path: Path) -> None
     assert pair.translate(src, beam_size=3) == single.translate(src, beam_size=3)
     found = single.translate_nbest(src, attention=True, beam_size=3)
     for text, (t,) in zip(src, found, strict=True):
-        assert t.attention is not None and t.attention.shape[0] == 1  # one decoder layer
+        assert t.attention is not None
+        assert t.attention.shape[0] == 1  # one decoder layer
         pairs = t.alignment()
         assert [j for _, j in pairs] == list(range(len(t.tokens)))
         assert all(0 <= i < len(single.src_tok.encode(text)) for i, _ in pairs)
@@ -129,7 +130,8 @@ def test_translate_cli_samples_ensembles_aligns_and_plots(run: Path, tmp_path: P
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) == 6 and lines[2:4] == [" ||| ", " ||| "]  # 2 samples a line, blank kept
+    assert len(lines) == 6
+    assert lines[2:4] == [" ||| ", " ||| "]  # 2 samples a line, blank kept
     for line in lines[:2] + lines[4:]:
         _text, pairs = line.split(" ||| ")
         assert all(re.fullmatch(r"\d+-\d+", p) for p in pairs.split()), line
