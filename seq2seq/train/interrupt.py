@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-class TrainingInterrupted(Exception):
+class TrainingInterrupted(Exception):  # noqa: N818 - a requested stop, not an error
     """Training stopped on a signal after saving a checkpoint; `code` is the exit status."""
 
     def __init__(self, signum: int, message: str) -> None:

@@ -175,7 +175,7 @@ def test_collate_exact_tensors() -> None:
     src = [[5, 6, 7], [8], [9, 10]]
     tgt = [[11], [12, 13, 14], [15, 16]]
     batch = collate([2, 1], src, tgt)
-    P, B, E = PAD_ID, BOS_ID, EOS_ID
+    P, B, E = PAD_ID, BOS_ID, EOS_ID  # noqa: N806 - short names for the constants
     assert torch.equal(batch.src, torch.tensor([[9, 10, E], [8, E, P]]))
     assert torch.equal(batch.tgt_in, torch.tensor([[B, 15, 16, P], [B, 12, 13, 14]]))
     assert torch.equal(batch.tgt_out, torch.tensor([[15, 16, E, P], [12, 13, 14, E]]))
