@@ -355,11 +355,7 @@ class Trainer:
         t, s = self.cfg.trainer, self.state
         started, window = time.monotonic(), Window()
         progress = Progress(t.max_steps, s.step, t.progress and self.dist.is_main)
-        if s.step == 0 and t.init_from and self.dist.is_main:  # where fine-tuning starts
-            m = self.validate()
-            log.info("step 0 (the weights of %s): valid %s", t.init_from, format_valid(m))
-            for name, value in m.items():
-                self.writer.add_scalar(f"valid/{name}", value, 0)
+        self._validate_init_from()
         with StopSignals() as stop:
             # rank 0 decides (its clock, its signals), so that every rank stops at the same step
             while (reason := broadcast(self.stop_reason(stop, started))) is None:
@@ -390,6 +386,16 @@ class Trainer:
                 raise TrainingInterrupted(signum, self.interrupted_message(reason.split()[0]))
         if s.valid_step != s.step:
             self.validate_and_save()
+
+    def _validate_init_from(self) -> None:
+        """Where fine-tuning starts (step 0 of a run with trainer.init_from): validate and log
+        the loaded weights, on rank 0."""
+        t, s = self.cfg.trainer, self.state
+        if s.step == 0 and t.init_from and self.dist.is_main:
+            m = self.validate()
+            log.info("step 0 (the weights of %s): valid %s", t.init_from, format_valid(m))
+            for name, value in m.items():
+                self.writer.add_scalar(f"valid/{name}", value, 0)
 
     def interrupted_message(self, signal_name: str) -> str:
         return (
