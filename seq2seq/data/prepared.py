@@ -171,6 +171,7 @@ def check_size(path: Path, size: int) -> None:
 
 
 def damaged(path: Path, what: str) -> str:
+    """The message for a damaged prepared corpus: `path`, what is wrong, the fix."""
     return (
         f"{path}: the prepared corpus is damaged ({what}). fix: prepare it again with "
         f"seq2seq-prepare (or delete the folder: a cached one is prepared again on first use)"
@@ -212,6 +213,7 @@ class Prepared:
 
 
 def hashes(entry: dict[str, Any]) -> list[str]:
+    """The sha256 of each source file of a manifest's split `entry`."""
     return [source["sha256"] for source in entry["sources"]]
 
 

@@ -28,6 +28,8 @@ NEG_INF = float("-inf")
 
 @dataclass
 class Hypothesis:
+    """One output of a search: its token ids and its score."""
+
     tokens: list[int]  # output ids, without BOS and EOS
     score: float  # length-normalized log-probability (greedy: raw log-probability)
 

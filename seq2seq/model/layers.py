@@ -21,6 +21,7 @@ class Linear(nn.Linear):
     and state-dict keys)."""
 
     def forward(self, x: Tensor, relu: bool = False) -> Tensor:
+        """x (..., in) @ weight.T + bias, then a ReLU if asked: (..., out)."""
         return kernels.linear(x, self.weight, self.bias, relu)
 
 
@@ -179,6 +180,7 @@ class FeedForward(nn.Module):
         self.dropout = dropout
 
     def forward(self, x: Tensor) -> Tensor:
+        """down(dropout(relu(up(x)))) for x (B, T, D): (B, T, D)."""
         hidden = kernels.dropout(self.up(x, relu=True), self.dropout, self.training)  # (B, T, F)
         out: Tensor = self.down(hidden)  # (B, T, D)
         return out
@@ -197,6 +199,7 @@ class Residual(nn.Module):
         self.dropout, self.norm_first = dropout, norm_first
 
     def forward(self, x: Tensor, sublayer: nn.Module, *args: object, **kwargs: object) -> Tensor:
+        """`sublayer(x, *args, **kwargs)` for x (B, T, D) in its residual block."""
         if self.norm_first:
             out = sublayer(self.norm(x), *args, **kwargs)  # (B, T, D)
             return x + kernels.dropout(out, self.dropout, self.training)
@@ -231,6 +234,7 @@ class EncoderLayer(nn.Module):
         self.res_ffn = Residual(spec.d_model, spec.dropout, spec.norm_first)
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        """x (B, S, D) -> (B, S, D); src_mask (B, S) is True at real tokens."""
         x = self.res_attn(x, self.self_attn, key_mask=src_mask)  # (B, S, D)
         out: Tensor = self.res_ffn(x, self.ffn)  # (B, S, D)
         return out

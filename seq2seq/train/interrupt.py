@@ -38,6 +38,7 @@ class StopSignals:
 
     @property
     def name(self) -> str:
+        """The received signal's name ("SIGTERM", "SIGINT"), or "" before one."""
         return signal.Signals(self.signum).name if self.signum is not None else ""
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:

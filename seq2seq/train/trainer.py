@@ -398,6 +398,7 @@ class Trainer:
                 self.writer.add_scalar(f"valid/{name}", value, 0)
 
     def interrupted_message(self, signal_name: str) -> str:
+        """TrainingInterrupted's message: the step, the checkpoint, how to resume."""
         return (
             f"{signal_name}: stopped at step {self.state.step} after saving "
             f"{self.ckpt_dir / 'last.pt'}; resume with `make resume RUN={self.run_dir}` (or the "
@@ -508,6 +509,7 @@ class Trainer:
         return results
 
     def close(self) -> None:
+        """Close the training data, the TensorBoard writer and the step log."""
         self.train_data.close()
         self.writer.close()
         self.steplog.close()
