@@ -87,7 +87,8 @@ def test_the_installed_wheel_trains_translates_and_evaluates(venv: Path, tmp_pat
     overrides = tiny_overrides(data, tmp_path / "cache", "trainer.max_steps=8")
     run([str(venv / "bin" / "seq2seq-train"), *overrides, "hydra.run.dir=run"], tmp_path, env)
     ckpt = tmp_path / "run" / "checkpoints" / "best.pt"
-    assert ckpt.exists() and (tmp_path / "run" / "results.json").exists()
+    assert ckpt.exists()
+    assert (tmp_path / "run" / "results.json").exists()
     done = run(
         [str(venv / "bin" / "seq2seq-translate"), f"ckpt={ckpt}", f"input={data / 'test.en'}"],
         tmp_path,

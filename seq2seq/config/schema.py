@@ -24,6 +24,8 @@ CONFIG_DIR = str(Path(__file__).resolve().parent)
 
 
 class TokenizerKind(str, Enum):
+    """tokenizer.kind: a SentencePiece model (bpe, unigram), or words or characters."""
+
     bpe = "bpe"
     unigram = "unigram"
     word = "word"
@@ -31,6 +33,8 @@ class TokenizerKind(str, Enum):
 
 
 class PosKind(str, Enum):
+    """pos_encoding.kind: the positional encodings of seq2seq/model/positional.py."""
+
     sinusoidal = "sinusoidal"
     learned = "learned"
     relative = "relative"
@@ -43,23 +47,31 @@ class PosKind(str, Enum):
 
 
 class SearchKind(str, Enum):
+    """decode.method: how translations are searched for."""
+
     greedy = "greedy"
     beam = "beam"
     sample = "sample"  # random sampling (temperature, top-k, top-p), seeded
 
 
 class AttentionLayers(str, Enum):
+    """attention_layers (seq2seq-translate): the decoder layers a heatmap shows."""
+
     mean = "mean"  # one heatmap: the decoder layers' cross-attention averaged
     all = "all"  # one heatmap per decoder layer
 
 
 class LengthPenaltyKind(str, Enum):
+    """decode.length_penalty: how beam search normalizes scores by length."""
+
     none = "none"  # raw sum of log-probabilities
     gnmt = "gnmt"  # Wu et al. 2016: score / ((5 + |y|) / 6) ** alpha
     average = "average"  # score / |y| ** alpha
 
 
 class Precision(str, Enum):
+    """trainer.precision: the floating-point type training computes in."""
+
     auto = "auto"  # the faster of fp32 and bf16, timed on a CPU; bf16 on a GPU that supports it
     fp32 = "fp32"
     bf16 = "bf16"  # autocast to bfloat16 (CUDA or CPU)
@@ -67,23 +79,31 @@ class Precision(str, Enum):
 
 
 class BestMetric(str, Enum):
+    """trainer.best_metric: the validation score that picks best.pt."""
+
     bleu = "bleu"  # validation BLEU of greedy translations, higher is better
     chrf = "chrf"  # validation chrF of the same translations, higher is better
     loss = "loss"  # validation loss (teacher-forced NLL per token, no smoothing), lower is better
 
 
 class LengthUnit(str, Enum):
+    """length_by (seq2seq-evaluate): what the source-length buckets count."""
+
     words = "words"  # whitespace words of the source: 1-10, 11-20, 21-30, 31-40, 41+
     items = "items"  # comma-separated items of the source (the numbers data)
 
 
 class Kernels(str, Enum):
+    """trainer.kernels: which implementations the model's operations run on."""
+
     auto = "auto"  # the fast CPU kernels on a CPU, plain PyTorch elsewhere (CUDA)
     reference = "reference"  # plain PyTorch everywhere
 
 
 @dataclass
 class DataConfig:
+    """data: the parallel corpus, its splits, and which pairs training keeps."""
+
     name: str = "numbers"  # label used in logs and run folders
     # relative: to the working directory, else to the package (its embedded data/numbers)
     root: str = "data/numbers"  # folder of {split}.{lang} or {split}.{lang}.gz files
@@ -119,6 +139,8 @@ def length_cap(d: DataConfig) -> int:
 
 @dataclass
 class TokenizerConfig:
+    """tokenizer: how the source and target vocabularies are built."""
+
     kind: TokenizerKind = TokenizerKind.bpe  # bpe | unigram (sentencepiece), word | char
     vocab_size: int = 8000  # target vocabulary size (sentencepiece; cap for word)
     joint: bool = True  # one vocabulary for both languages
@@ -131,6 +153,8 @@ class TokenizerConfig:
 
 @dataclass
 class PosEncodingConfig:
+    """pos_encoding, encoder_pos, decoder_pos: an encoding and its settings."""
+
     kind: PosKind = PosKind.sinusoidal  # which encoding (see seq2seq/model/positional.py)
     max_len: int = 1024  # learned: table size; sinusoidal: precomputed length
     clip: int = 16  # relative (Shaw): distances beyond +-clip share one embedding
@@ -152,6 +176,8 @@ class PosEncodingConfig:
 
 @dataclass
 class ModelConfig:
+    """model: the Transformer's sizes, dropouts and shared weights."""
+
     d_model: int = 128  # embedding and hidden size
     n_heads: int = 4  # attention heads
     enc_layers: int = 4  # encoder layers
@@ -167,6 +193,8 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
+    """optim: AdamW, gradient clipping and the learning-rate schedule."""
+
     lr: float = 1e-3  # peak learning rate, reached after warmup
     warmup_steps: int = 1000  # linear warmup, then inverse square root decay
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam betas
@@ -177,6 +205,8 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
+    """trainer: the training loop's batches, stopping rules, validation and saving."""
+
     seed: int = 1  # seeds python, torch and the batch order
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch intra-op threads (0 = torch default)
@@ -222,6 +252,8 @@ class TrainerConfig:
 
 @dataclass
 class DecodeConfig:
+    """decode: the search that translates, and how long its outputs may be."""
+
     method: SearchKind = SearchKind.greedy  # greedy | beam | sample
     beam_size: int = 5  # beam width (beam search)
     length_penalty: LengthPenaltyKind = LengthPenaltyKind.gnmt  # how beam scores are normalized
@@ -238,6 +270,8 @@ class DecodeConfig:
 
 @dataclass
 class TrainConfig:
+    """The config of seq2seq-train (seq2seq/config/train.yaml)."""
+
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -252,6 +286,8 @@ class TrainConfig:
 
 @dataclass
 class TranslateConfig:
+    """The config of seq2seq-translate (seq2seq/config/translate.yaml)."""
+
     # checkpoint to load (best.pt or last.pt of a run), or a list of them: an ensemble that
     # averages their log-probabilities at every step (ckpt=[a.pt,b.pt]; same tokenizers)
     ckpt: Any = MISSING
@@ -270,6 +306,8 @@ class TranslateConfig:
 
 @dataclass
 class EvaluateConfig:
+    """The config of seq2seq-evaluate (seq2seq/config/evaluate.yaml)."""
+
     ckpt: str | None = None  # score this checkpoint's translations of `split` ...
     split: str = "test"  # ... read from the checkpoint's data config (root overridable below)
     data_root: str | None = None  # replaces the checkpoint's data.root when set
@@ -289,6 +327,8 @@ class EvaluateConfig:
 
 
 class ExportFormat(str, Enum):
+    """format (seq2seq-export): the kind of model folder written."""
+
     ctranslate2 = "ctranslate2"  # a CTranslate2 model folder (ctranslate2.Translator)
     huggingface = "huggingface"  # a MarianMTModel folder (from_pretrained)
 
@@ -308,6 +348,8 @@ class Quantization(str, Enum):
 
 @dataclass
 class ExportConfig:
+    """The config of seq2seq-export (seq2seq/config/export.yaml)."""
+
     ckpt: str = MISSING  # checkpoint to export (best.pt, last.pt, average.pt)
     out: str = MISSING  # folder to write; it must not exist unless force=true
     format: ExportFormat = ExportFormat.ctranslate2  # ctranslate2 | huggingface
@@ -475,7 +517,7 @@ def merge_decode(
     return merged, changed
 
 
-def config_from_dict(values: dict) -> TrainConfig:
+def config_from_dict(values: dict[str, Any]) -> TrainConfig:
     """A TrainConfig from the plain dict stored in a checkpoint (validated like the CLI's).
 
     A checkpoint saved before a setting existed gets the value it was trained with, where that
@@ -487,7 +529,7 @@ def config_from_dict(values: dict) -> TrainConfig:
 POS_SECTIONS = ("pos_encoding", "encoder_pos", "decoder_pos")
 
 
-def upgrade_pos_encoding(values: dict | None) -> dict | None:
+def upgrade_pos_encoding(values: dict[str, Any] | None) -> dict[str, Any] | None:
     """A stored positional-encoding section from before `share_layers`: Shaw's tables were then
     shared by the layers of a stack, which the checkpoint's weights hold."""
     if not isinstance(values, dict) or "share_layers" in values:

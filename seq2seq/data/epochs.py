@@ -247,7 +247,8 @@ def permute(index: np.ndarray, n: int, seed: tuple[int, ...]) -> np.ndarray:
             f *= np.uint64(0xBF58476D1CE4E5B9)
             f ^= f >> np.uint64(29)
             left, right = right, left ^ (f & mask)
-        return (left << np.uint64(half)) | right
+        joined: np.ndarray = (left << np.uint64(half)) | right
+        return joined
 
     out = rounds(index.astype(np.uint64))
     while (outside := out >= n).any():  # cycle walking: a bijection on range(n)

@@ -30,15 +30,20 @@ class PositionalEncoding(nn.Module):
     needs_weights = False  # True when `values` must see the attention weights
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x (B, T, D) plus the encoding of positions from `offset` (here: x)."""
         return x  # (B, T, D)
 
     def rotate(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Queries or keys x (B, H, T, Dh) of positions from `offset`, rotated (here: x)."""
         return x  # (B, H, T, Dh)
 
     def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor | None:
+        """The term added to the attention logits of queries q (B, H, Tq, Dh) at positions from
+        `q_offset` over k_len keys (here: None)."""
         return None  # else (B or 1, H or 1, Tq, Tk)
 
     def values(self, weights: Tensor, q_offset: int) -> Tensor | None:
+        """The term added to the output, from the attention weights (B, H, Tq, Tk) (here: None)."""
         return None  # else (B, H, Tq, Dh), added to the attention output
 
     def untrained(self, length: int) -> str | None:
@@ -70,9 +75,11 @@ class PerLayer(PositionalEncoding):
 
     @property
     def first(self) -> PositionalEncoding:
+        """Layer 0's encoding, whose hooks this one calls when called directly."""
         return self.layers[0]  # type: ignore[return-value]
 
     def layer(self, i: int) -> PositionalEncoding:
+        """Layer i's own encoding."""
         if not 0 <= i < len(self.layers):
             raise ValueError(
                 f"this encoding holds {len(self.layers)} per-layer tables but layer {i} asked "
@@ -81,15 +88,19 @@ class PerLayer(PositionalEncoding):
         return self.layers[i]  # type: ignore[return-value]
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Layer 0's `embed`."""
         return self.first.embed(x, offset)  # (B, T, D)
 
     def rotate(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Layer 0's `rotate`."""
         return self.first.rotate(x, offset)  # (B, H, T, Dh)
 
     def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor | None:
+        """Layer 0's `bias`."""
         return self.first.bias(q, q_offset, k_len)  # (B or 1, H, Tq, Tk) or None
 
     def values(self, weights: Tensor, q_offset: int) -> Tensor | None:
+        """Layer 0's `values`."""
         return self.first.values(weights, q_offset)  # (B, H, Tq, Dh) or None
 
     def untrained(self, length: int) -> str | None:
@@ -97,6 +108,7 @@ class PerLayer(PositionalEncoding):
         return None if note is None else f"{note} (in each of the {len(self.layers)} layers)"
 
     def image(self) -> Tensor | None:
+        """Layer 0's `image`."""
         return self.first.image()
 
 
@@ -122,6 +134,7 @@ class Sinusoidal(PositionalEncoding):
         self.register_buffer("table", sinusoid_table(max_len, d_model), persistent=False)
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x (B, T, D) plus the sinusoids of positions from `offset` (the table grows)."""
         end = offset + x.size(1)
         if end > self.table.size(0):  # grow on demand: the formula has no length limit
             with torch.inference_mode(False):  # a table grown while decoding serves training too
@@ -129,6 +142,7 @@ class Sinusoidal(PositionalEncoding):
         return x + self.table[offset:end].to(x.dtype)  # (B, T, D)
 
     def image(self) -> Tensor:
+        """The sinusoids of the first 128 positions (T, D)."""
         return self.table[:128]  # (T, D)
 
 
@@ -141,6 +155,7 @@ class Learned(PositionalEncoding):
         nn.init.normal_(self.table.weight, std=d_model**-0.5)
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x (B, T, D) plus the learned embeddings of positions from `offset`."""
         end = offset + x.size(1)
         if end > self.table.num_embeddings:
             raise ValueError(
@@ -156,6 +171,7 @@ class Learned(PositionalEncoding):
         return f"learned: rows {length}..{n - 1} ({n - length} of {n}) never get a gradient"
 
     def image(self) -> Tensor:
+        """The embeddings of the first 128 positions (T, D)."""
         return self.table.weight.detach()[:128]  # (T, D)
 
 
@@ -195,6 +211,7 @@ class Rotary(PositionalEncoding):
         return self._cos, self._sin
 
     def rotate(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Queries or keys x (B, H, T, Dh) rotated by the angles of their positions."""
         end = offset + x.size(-2)
         cos, sin = self._tables(end, x.device)
         cos, sin = cos[offset:end].to(x.dtype), sin[offset:end].to(x.dtype)  # (T, Dh)
@@ -249,6 +266,7 @@ class ALiBi(PositionalEncoding):
         self.register_buffer("right_slopes", right, persistent=False)
 
     def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
+        """-slope * |i - j| per head (1, H, Tq, Tk); keys on the right take right_slopes."""
         rel = relative_positions(q_offset, q.size(-2), k_len, q.device)  # (Tq, Tk)
         slope = torch.where(
             rel[None] > 0, self.right_slopes[:, None, None], self.slopes[:, None, None]
@@ -256,6 +274,7 @@ class ALiBi(PositionalEncoding):
         return (-slope * rel.abs()[None]).to(q.dtype)[None]  # (1, H, Tq, Tk)
 
     def image(self) -> Tensor:
+        """Each head's bias for key-minus-query distances -63 to 63 (H, distance)."""
         dist = torch.arange(-63.0, 64.0)  # key minus query
         slope = torch.where(dist[None] > 0, self.right_slopes[:, None], self.slopes[:, None])
         return -slope * dist.abs()[None]  # (H, distance)
@@ -303,9 +322,11 @@ class T5Bias(PositionalEncoding):
         nn.init.normal_(self.table.weight, std=init_std)
 
     def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
+        """Each head's learned scalar for the bucket of each query/key pair (1, H, Tq, Tk)."""
         rel = relative_positions(q_offset, q.size(-2), k_len, q.device)  # (Tq, Tk)
         bucket = t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)
-        return self.table(bucket).permute(2, 0, 1)[None].to(q.dtype)  # (1, H, Tq, Tk)
+        table: Tensor = self.table(bucket)  # (Tq, Tk, H)
+        return table.permute(2, 0, 1)[None].to(q.dtype)  # (1, H, Tq, Tk)
 
     def _reached(self, length: int) -> set[int]:
         """The buckets of the distances within `length` positions."""
@@ -322,6 +343,7 @@ class T5Bias(PositionalEncoding):
         )
 
     def image(self) -> Tensor:
+        """The table (H, buckets)."""
         return self.table.weight.detach().t()  # (H, buckets)
 
 
@@ -345,16 +367,19 @@ class ShawRelative(PositionalEncoding):
             nn.init.normal_(table.weight, std=head_dim**-0.5)
 
     def index(self, q_offset: int, q_len: int, k_len: int, device: torch.device) -> Tensor:
+        """The table row of each query/key pair (Tq, Tk): the clipped distance + clip."""
         rel = relative_positions(q_offset, q_len, k_len, device)  # (Tq, Tk)
         return rel.clamp(-self.clip, self.clip) + self.clip  # (Tq, Tk) in [0, 2k]
 
     def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
+        """q_i . a^K_{clip(j-i)} / sqrt(Dh) for each query/key pair (B, H, Tq, Tk)."""
         idx = self.index(q_offset, q.size(-2), k_len, q.device)  # (Tq, Tk)
         per_dist = q @ self.keys.weight.to(q.dtype).t()  # (B, H, Tq, 2k+1)
         scores = per_dist.gather(-1, idx.expand(*q.shape[:2], -1, -1))  # (B, H, Tq, Tk)
         return scores / math.sqrt(q.size(-1))
 
     def values(self, weights: Tensor, q_offset: int) -> Tensor:
+        """sum_j w_ij a^V_{clip(j-i)} for the attention weights w: (B, H, Tq, Dh)."""
         idx = self.index(q_offset, weights.size(-2), weights.size(-1), weights.device)
         per_dist = weights.new_zeros(*weights.shape[:3], 2 * self.clip + 1)  # (B, H, Tq, 2k+1)
         per_dist.scatter_add_(-1, idx.expand(*weights.shape[:2], -1, -1), weights)
@@ -369,6 +394,7 @@ class ShawRelative(PositionalEncoding):
         )
 
     def image(self) -> Tensor:
+        """The relative key table (2 * clip + 1, Dh)."""
         return self.keys.weight.detach()  # (2k+1, Dh)
 
 
@@ -409,10 +435,12 @@ class Kerple(PositionalEncoding):
         return torch.where(rel > 0, per_side[-1], per_side[0])  # (H, Tq, Tk)
 
     def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
+        """-r1 * log(1 + r2 * |i - j|) per head (1, H, Tq, Tk)."""
         rel = relative_positions(q_offset, q.size(-2), k_len, q.device)  # (Tq, Tk)
         return self._bias(rel)[None].to(q.dtype)  # (1, H, Tq, Tk)
 
     def image(self) -> Tensor:
+        """Each head's bias for key-minus-query distances -63 to 63 (H, distance)."""
         return self._bias(torch.arange(-63, 64)[None]).detach()[:, 0]  # (H, distance)
 
 
@@ -442,9 +470,11 @@ class Fire(PositionalEncoding):
         q_pos = torch.arange(q_offset, q_offset + q_len, device=device).float()  # (Tq,)
         norm = torch.log(c * torch.maximum(q_pos, self.threshold.abs()).clamp(min=1) + 1)
         x = dist.sign() * torch.log(c * dist.abs() + 1) / norm[:, None]  # (Tq, Tk)
-        return self.mlp(x[..., None]).permute(2, 0, 1)  # (H, Tq, Tk)
+        bias: Tensor = self.mlp(x[..., None])  # (Tq, Tk, H)
+        return bias.permute(2, 0, 1)  # (H, Tq, Tk)
 
     def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
+        """f(psi(i - j) / psi(max(L, i))) per head (1, H, Tq, Tk)."""
         return self._bias(q_offset, q.size(-2), k_len, q.device)[None].to(q.dtype)  # (1, H, ..)
 
     def untrained(self, length: int) -> str | None:
@@ -458,6 +488,7 @@ class Fire(PositionalEncoding):
         )
 
     def image(self) -> Tensor:
+        """Each head's bias for key-minus-query distances -63 to 63 (H, distance)."""
         return self._bias(63, 1, 127, self.c.device).detach()[:, 0]  # (H, distance)
 
 

@@ -113,7 +113,8 @@ class EncoderDecoder(nn.Module):
         x = self._embed(tgt_in, self.tgt_embed, self.dec_pos, offset)  # (N, T, D)
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, src_mask, None if cache is None else cache[i])
-        return self.dec_norm(x)  # (N, T, D)
+        states: Tensor = self.dec_norm(x)  # (N, T, D)
+        return states
 
     def decode(
         self,
@@ -123,7 +124,8 @@ class EncoderDecoder(nn.Module):
         cache: list[LayerCache] | None = None,
     ) -> Tensor:
         """Decoder inputs (N, T) -> logits (N, T, V): `decode_states` through the output layer."""
-        return self.out(self.decode_states(tgt_in, memory, src_mask, cache))  # (N, T, V)
+        logits: Tensor = self.out(self.decode_states(tgt_in, memory, src_mask, cache))  # (N, T, V)
+        return logits
 
     def new_cache(self, capacity: int = 0) -> list[LayerCache]:
         """Empty per-layer key/value caches for incremental decoding, with room for `capacity`

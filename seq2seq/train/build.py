@@ -62,7 +62,7 @@ def build_optimizer(
 
     def inverse_sqrt(step: int) -> float:  # Vaswani et al. 2017, eq. 3, peak = cfg.lr
         step = max(step, 1)
-        return min(step / warmup, (warmup / step) ** 0.5)
+        return min(step / warmup, float((warmup / step) ** 0.5))
 
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt)
 

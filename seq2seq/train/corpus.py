@@ -44,6 +44,7 @@ class Corpus:
 def encode_split(
     name: str, pairs: list[tuple[str, str]], src_tok: Tokenizer, tgt_tok: Tokenizer
 ) -> Split:
+    """Split `name` of text pairs, each side encoded with its tokenizer."""
     src_text, tgt_text = [p[0] for p in pairs], [p[1] for p in pairs]
     src_ids, tgt_ids = src_tok.encode_batch(src_text), tgt_tok.encode_batch(tgt_text)
     return Split(name, src_text, tgt_text, src_ids, tgt_ids)
@@ -207,4 +208,5 @@ def dropped_lines(path: Path, limit: int = 5) -> dict[str, list[int]]:
 
 
 def format_lines(lines: list[int], count: int) -> str:
+    """Line numbers for a log line: `lines`, then "..." when `count` is larger."""
     return ", ".join(map(str, lines)) + (", ..." if count > len(lines) else "")

@@ -112,6 +112,7 @@ class Throughput:
         self.start = time.monotonic()
 
     def add(self, flops: float, real: float, padded: float) -> None:
+        """Count one step's FLOPs and its real and padded tokens."""
         self.flops, self.real, self.padded = (
             self.flops + flops,
             self.real + real,

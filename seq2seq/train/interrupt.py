@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-class TrainingInterrupted(Exception):
+class TrainingInterrupted(Exception):  # noqa: N818 - a requested stop, not an error
     """Training stopped on a signal after saving a checkpoint; `code` is the exit status."""
 
     def __init__(self, signum: int, message: str) -> None:
@@ -38,6 +38,7 @@ class StopSignals:
 
     @property
     def name(self) -> str:
+        """The received signal's name ("SIGTERM", "SIGINT"), or "" before one."""
         return signal.Signals(self.signum).name if self.signum is not None else ""
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:

@@ -104,7 +104,8 @@ def train(
     for tag, results in (("", summary["test"]), (" averaged", summary.get("test_average", {}))):
         for name, scores in results.items():
             print(f"test BLEU ({name}{tag}): {scores['bleu']:.2f}")
-    return summary["test"]
+    test: dict[str, dict[str, object]] = summary["test"]
+    return test
 
 
 def train_worker(cfg: TrainConfig, run_dir: Path, process: Process) -> dict[str, dict[str, object]]:

@@ -175,7 +175,8 @@ class Trainer:
         """Under DDP, gradients are all-reduced only on the last backward of a step."""
         if last or not self.dist.enabled:
             return contextlib.nullcontext()
-        return self.ddp.no_sync()  # type: ignore[operator]
+        # self.ddp is DistributedDataParallel here, whose no_sync has no annotations
+        return self.ddp.no_sync()  # type: ignore[operator, no-any-return]
 
     def step_counts(self, group: list[Batch]) -> dict[str, float]:
         """All ranks' target tokens, model FLOPs, and real and padded (src+tgt) tokens of a step."""
@@ -258,9 +259,10 @@ class Trainer:
     def batch_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """Summed label-smoothed loss and NLL of one batch (teacher forcing)."""
         with self.autocast():
-            return self.forward(  # (the DDP-wrapped or compiled model's forward)
+            losses: tuple[Tensor, Tensor] = self.forward(  # the DDP-wrapped or compiled model
                 batch.src, batch.tgt_in, batch.tgt_out, self.cfg.trainer.label_smoothing
             )
+            return losses
 
     def train_step(self, group: list[Batch]) -> dict[str, float] | None:
         """One optimizer step over `group` (gradient accumulation); returns loss statistics,
@@ -369,11 +371,7 @@ class Trainer:
         t, s = self.cfg.trainer, self.state
         started, window = time.monotonic(), Window()
         progress = Progress(t.max_steps, s.step, t.progress and self.dist.is_main)
-        if s.step == 0 and t.init_from and self.dist.is_main:  # where fine-tuning starts
-            m = self.validate()
-            log.info("step 0 (the weights of %s): valid %s", t.init_from, format_valid(m))
-            for name, value in m.items():
-                self.writer.add_scalar(f"valid/{name}", value, 0)
+        self._validate_init_from()
         with StopSignals() as stop:
             # rank 0 decides (its clock, its signals), so that every rank stops at the same step
             while (reason := broadcast(self.stop_reason(stop, started))) is None:
@@ -405,7 +403,18 @@ class Trainer:
         if s.valid_step != s.step:
             self.validate_and_save()
 
+    def _validate_init_from(self) -> None:
+        """Where fine-tuning starts (step 0 of a run with trainer.init_from): validate and log
+        the loaded weights, on rank 0."""
+        t, s = self.cfg.trainer, self.state
+        if s.step == 0 and t.init_from and self.dist.is_main:
+            m = self.validate()
+            log.info("step 0 (the weights of %s): valid %s", t.init_from, format_valid(m))
+            for name, value in m.items():
+                self.writer.add_scalar(f"valid/{name}", value, 0)
+
     def interrupted_message(self, signal_name: str) -> str:
+        """TrainingInterrupted's message: the step, the checkpoint, how to resume."""
         return (
             f"{signal_name}: stopped at step {self.state.step} after saving "
             f"{self.ckpt_dir / 'last.pt'}; resume with `make resume RUN={self.run_dir}` (or the "
@@ -517,6 +526,7 @@ class Trainer:
         return results
 
     def close(self) -> None:
+        """Close the training data, the TensorBoard writer and the step log."""
         self.train_data.close()
         self.writer.close()
         self.steplog.close()

@@ -131,11 +131,12 @@ def test_uniform_table_rows_are_the_sentences_draws() -> None:
     assert torch.equal(table[2:, 2:], torch.zeros(2, 2))  # past the 2nd sentence's limit
     alone = uniform_table(1, [3], 2, [2])
     assert torch.equal(table[2:, :2], alone)
-    assert float(table.min()) >= 0 and float(table.max()) < 1
+    assert float(table.min()) >= 0
+    assert float(table.max()) < 1
 
 
 @pytest.mark.parametrize(
-    "key,value,words",
+    ("key", "value", "words"),
     [
         ("temperature", 0.0, "above 0"),
         ("top_k", -1, "0 (all tokens) or more"),

@@ -47,7 +47,8 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_slice(root / "data", SIZES)
     proc = sweep(root, "sinusoidal,rope")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2 runs" in proc.stdout and "0 finished, 2 to run" in proc.stdout
+    assert "2 runs" in proc.stdout
+    assert "0 finished, 2 to run" in proc.stdout
     return root
 
 
@@ -69,7 +70,8 @@ def test_results_hold_the_long_split_and_the_buckets(swept: Path) -> None:
     corpus = load_corpus(compose_train(overrides(swept)))
     lens = [len(ids) for name in ("test", "valid") for ids in corpus.evals[name].src_ids]
     length = results(swept, "sinusoidal_seed1")["length"]
-    assert length["splits"] == ["test", "valid"] and length["max_src_len"] == CAP
+    assert length["splits"] == ["test", "valid"]
+    assert length["max_src_len"] == CAP
     assert length["all"]["n"] == SIZES["test"] + SIZES["valid"]
     assert length["long"]["n"] == sum(n > CAP for n in lens) > 0
     buckets = token_buckets(CAP)
@@ -78,7 +80,8 @@ def test_results_hold_the_long_split_and_the_buckets(swept: Path) -> None:
         want[token_bucket(n, buckets)] = want.get(token_bucket(n, buckets), 0) + 1
     assert {b: c["n"] for b, c in length["buckets"].items()} == want
     for cell in [length["all"], length["long"], *length["buckets"].values()]:
-        assert 0 <= cell["bleu"] <= 100 and 0 <= cell["chrf"] <= 100
+        assert 0 <= cell["bleu"] <= 100
+        assert 0 <= cell["chrf"] <= 100
 
 
 def test_rerun_skips_finished_resumes_unfinished_and_reports_failures(swept: Path) -> None:
@@ -88,11 +91,13 @@ def test_rerun_skips_finished_resumes_unfinished_and_reports_failures(swept: Pat
     proc = sweep(swept, "sinusoidal,rope,no_such_encoding")
     assert proc.returncode == 1
     assert "1 finished, 2 to run" in proc.stdout
-    assert "rope_seed1: ran" in proc.stdout and "no_such_encoding_seed1: failed" in proc.stdout
+    assert "rope_seed1: ran" in proc.stdout
+    assert "no_such_encoding_seed1: failed" in proc.stdout
     assert f"FAILED {swept / 'sweep' / 'no_such_encoding_seed1'}" in proc.stdout
     assert done.stat().st_mtime_ns == stamp  # the finished run was not touched
     rope = results(swept, "rope_seed1")
-    assert rope["resumed_from"] and rope["steps"] == 8  # continued from its own checkpoint
+    assert rope["resumed_from"]
+    assert rope["steps"] == 8  # continued from its own checkpoint
     record = json.loads((swept / "sweep" / "sweep.json").read_text())
     states = {Path(r["folder"]).name: r["state"] for r in record["runs"]}
     assert states == {
@@ -112,8 +117,10 @@ def test_compare_runs_reads_the_length_results(swept: Path, tmp_path: Path) -> N
     long = results(swept, "rope_seed1")["length"]["long"]
     row = next(ln for ln in md.splitlines() if ln.startswith("| rope |"))
     assert f"| {long['bleu']:.2f} |" in row  # BLEU on the long split, first column
-    assert f"**long (> {CAP} tokens)**" in md and "Δ vs sinusoidal" in md
-    assert "## Learning curves" in md and "## Runs" in md
+    assert f"**long (> {CAP} tokens)**" in md
+    assert "Δ vs sinusoidal" in md
+    assert "## Learning curves" in md
+    assert "## Runs" in md
     assert (tmp_path / "valid_bleu_by_step.png").stat().st_size > 0
 
 
@@ -128,6 +135,7 @@ def test_attention_pictures_of_the_best_and_the_worst(swept: Path, tmp_path: Pat
     proc = subprocess.run([*cmd, "--min-tokens", "3"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     ranked = [line.split(":")[1].split("(")[0].strip() for line in proc.stdout.splitlines()[:2]]
-    assert proc.stdout.startswith("best: ") and sorted(ranked) == ["rope", "sinusoidal"]
+    assert proc.stdout.startswith("best: ")
+    assert sorted(ranked) == ["rope", "sinusoidal"]
     assert png.stat().st_size > 0
     assert list((swept / "sweep" / "attention_tb").glob("events.out.tfevents.*"))

@@ -219,7 +219,8 @@ def test_positional_heatmaps_reach_tensorboard(tmp_path: Path, kind: str, has_im
     assert tags == want
     for tag in want:
         image = events.Images(tag)[-1]
-        assert image.width > 1 and image.height > 1
+        assert image.width > 1
+        assert image.height > 1
     trainer.close()
 
 
@@ -247,7 +248,8 @@ def test_a_trainer_from_objects_reads_no_corpus(tmp_path: Path) -> None:
     batch = corpus.train.collate(trainer.epoch_batches(0)[0])
     stats = trainer.train_step([batch])
     trainer.close()
-    assert stats is not None and stats["tokens"] == batch.tgt_tokens
+    assert stats is not None
+    assert stats["tokens"] == batch.tgt_tokens
     assert trainer.state.step == 1
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert not absent.exists()
