@@ -101,7 +101,7 @@ def length_ratio(hyps: list[str], refs: list[str]) -> float:
     """Total hypothesis length over total reference length (sacreBLEU's tokens; BLEU's brevity
     penalty reads the same ratio), to 3 decimals."""
     stats = BUCKET_BLEU.corpus_score(hyps, [refs])
-    return round(stats.sys_len / max(stats.ref_len, 1), 3)
+    return round(float(stats.sys_len) / max(float(stats.ref_len), 1.0), 3)
 
 
 def scores_by_length(

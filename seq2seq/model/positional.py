@@ -104,6 +104,7 @@ class PerLayer(PositionalEncoding):
         return self.first.values(weights, q_offset)  # (B, H, Tq, Dh) or None
 
     def untrained(self, length: int) -> str | None:
+        """Layer 0's note, said of every layer (they are built alike)."""
         note = self.first.untrained(length)
         return None if note is None else f"{note} (in each of the {len(self.layers)} layers)"
 
@@ -165,6 +166,7 @@ class Learned(PositionalEncoding):
         return x + self.table.weight[offset:end].to(x.dtype)  # (B, T, D)
 
     def untrained(self, length: int) -> str | None:
+        """The rows past the longest training position."""
         n = self.table.num_embeddings
         if length >= n:
             return None
@@ -334,6 +336,7 @@ class T5Bias(PositionalEncoding):
         return set(t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance).tolist())
 
     def untrained(self, length: int) -> str | None:
+        """The buckets longer sentences reach and training ones do not."""
         unused = len(self._reached(4 * self.max_distance) - self._reached(length))
         if unused == 0:
             return None
@@ -386,6 +389,7 @@ class ShawRelative(PositionalEncoding):
         return per_dist @ self.vals.weight.to(weights.dtype)  # (B, H, Tq, Dh)
 
     def untrained(self, length: int) -> str | None:
+        """The distances between the longest training one and `clip`."""
         if self.clip < length:
             return None
         return (
@@ -478,6 +482,7 @@ class Fire(PositionalEncoding):
         return self._bias(q_offset, q.size(-2), k_len, q.device)[None].to(q.dtype)  # (1, H, ..)
 
     def untrained(self, length: int) -> str | None:
+        """The interpolation, when L is not below the longest training position."""
         threshold = float(self.threshold.detach().abs())
         if threshold < length - 1:
             return None

@@ -48,7 +48,8 @@ def test_kerple_clamps_its_stored_values_and_keeps_their_gradient() -> None:
     q = torch.zeros(1, 2, 5, 4)  # (B, H, Tq, Dh)
     kerple.bias(q, 0, 5).sum().backward()
     assert kerple.r2[0, 0].item() == pytest.approx(Kerple.EPS)  # the stored value: at the bound
-    assert kerple.r2.grad is not None and kerple.r2.grad[0, 0].item() != 0.0  # and still learns
+    assert kerple.r2.grad is not None  # and still learns
+    assert kerple.r2.grad[0, 0].item() != 0.0
     rel = torch.arange(5)[:, None] - torch.arange(5)[None, :]  # i - j >= 0 below the diagonal
     r1 = kerple.r1.detach()[0, 0]
     want = -r1 * torch.log1p(Kerple.EPS * rel.abs().float())  # the paper's formula, head 0
@@ -79,7 +80,8 @@ def test_kerple_in_evaluation_reads_without_writing() -> None:
 def test_fire_starts_its_threshold_from_the_config() -> None:
     cfg = PosEncodingConfig(kind=PosKind.fire, fire_threshold=8.0, share_layers=True)
     fire = build_positional(cfg, 32, 4, causal=True)
-    assert isinstance(fire, Fire) and fire.threshold.item() == 8.0
+    assert isinstance(fire, Fire)
+    assert fire.threshold.item() == 8.0
 
 
 @pytest.mark.parametrize(("threshold", "length", "reported"), [(32, 17, True), (8, 17, False)])
@@ -95,7 +97,9 @@ def test_fire_reports_an_interpolation_that_never_acts(
 
 def test_learned_rows_past_the_training_length_are_reported() -> None:
     note = Learned(d_model=8, max_len=100).untrained(17)
-    assert note is not None and "17..99" in note and "83 of 100" in note
+    assert note is not None
+    assert "17..99" in note
+    assert "83 of 100" in note
     assert Learned(d_model=8, max_len=17).untrained(17) is None
 
 
@@ -131,16 +135,19 @@ def test_t5_reports_the_buckets_short_sentences_never_reach(max_distance: int, l
     if unused == 0:
         assert note is None
     else:
-        assert note is not None and f"{unused} of 32 buckets" in note
+        assert note is not None
+        assert f"{unused} of 32 buckets" in note
 
 
 def test_shaw_reports_distances_past_the_training_length() -> None:
     assert ShawRelative(head_dim=4, clip=16).untrained(17) is None
     note = ShawRelative(head_dim=4, clip=16).untrained(10)
-    assert note is not None and "10..16" in note
+    assert note is not None
+    assert "10..16" in note
 
 
 def test_per_layer_tables_say_so() -> None:
     cfg = PosEncodingConfig(kind=PosKind.relative, clip=16, share_layers=False)
     note = build_positional(cfg, 32, 4, causal=False, n_layers=3).untrained(5)
-    assert note is not None and "each of the 3 layers" in note
+    assert note is not None
+    assert "each of the 3 layers" in note
