@@ -32,8 +32,7 @@ from seq2seq.config.schema import (
 )
 from seq2seq.data.text import read_lines
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, build_tokenizers
-from seq2seq.model.positional import build_positional
-from seq2seq.model.transformer import EncoderDecoder
+from seq2seq.model.transformer import EncoderDecoder, build_positional
 from seq2seq.train.build import build_optimizer
 
 MODEL = ModelConfig(

@@ -25,7 +25,8 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
-from seq2seq.config.schema import CONFIG_DIR, DecodeConfig, SearchKind, merge_decode
+from seq2seq.config.checks import merge_decode
+from seq2seq.config.schema import CONFIG_DIR, DecodeConfig, SearchKind
 from seq2seq.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)

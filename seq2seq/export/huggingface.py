@@ -19,7 +19,7 @@ import torch
 from seq2seq.config.schema import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SentencePieceTokenizer, Tokenizer
 from seq2seq.export.ctranslate2 import ExportError, vocabulary
-from seq2seq.model.positional import Sinusoidal
+from seq2seq.model.absolute import Sinusoidal
 from seq2seq.model.transformer import EncoderDecoder
 
 if TYPE_CHECKING:

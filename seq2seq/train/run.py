@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from seq2seq.config.schema import TrainConfig, check_config
+from seq2seq.config.checks import check_config
+from seq2seq.config.schema import TrainConfig
 from seq2seq.data.prepared import sha256_file
 from seq2seq.errors import UserError
 from seq2seq.kernels import resolve_device
@@ -36,6 +37,7 @@ from seq2seq.train.resume import (
     record_overrides,
 )
 from seq2seq.train.rundir import RunLock, check_free_space, check_writable
+from seq2seq.train.testing import score_checkpoint
 from seq2seq.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -129,15 +131,16 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
     s, start_tokens, fit_start = trainer.state, trainer.state.tokens, time.monotonic()
     trainer.fit()
     fit_seconds = max(time.monotonic() - fit_start, 1e-9)
-    summary: dict[str, Any] = {"test": trainer.test(trainer.ckpt_dir / "best.pt")}
+    test, length = score_checkpoint(trainer, trainer.ckpt_dir / "best.pt")
+    summary: dict[str, Any] = {"test": test}
+    if length is not None:  # a length experiment: every test split by source tokens
+        summary["length"] = length
     if trainer.cfg.trainer.average_last:
         average, sources = average_last(trainer.ckpt_dir, trainer.cfg.trainer.average_last)
-        summary["test_average"] = trainer.test(average, ".average")
+        summary["test_average"], length = score_checkpoint(trainer, average, ".average")
         summary["averaged"] = [p.name for p in sources]
-    if trainer.length_scores:  # data.train_max_src_len: every test split by source tokens
-        summary["length"] = trainer.length_scores.get("")
-        if ".average" in trainer.length_scores:
-            summary["length_average"] = trainer.length_scores[".average"]
+        if length is not None:
+            summary["length_average"] = length
     return {
         **summary,
         "best_valid_bleu": s.best_valid.get("bleu"),  # of best.pt's validation

@@ -34,13 +34,10 @@ from torch.utils.tensorboard import SummaryWriter
 from seq2seq.config.schema import Precision, TrainConfig, length_cap
 from seq2seq.data.batching import Batch
 from seq2seq.data.epochs import BatchRef
-from seq2seq.decode.search import translate_ids
 from seq2seq.errors import UserError
-from seq2seq.evaluation.scoring import format_scores, length_generalization, score
 from seq2seq.model.transformer import EncoderDecoder
 from seq2seq.train.checkpoint import (
     TrainState,
-    load_checkpoint,
     load_model_state,
     restore_rng,
     rng_state,
@@ -110,7 +107,6 @@ class Trainer:
         self.ckpt_dir = run_dir / "checkpoints"
         self.saved: tuple[Path, int] | None = None  # the newest checkpoint written, and its step
         self._batches: tuple[int, list[BatchRef]] = (-1, [])
-        self.length_scores: dict[str, dict[str, object]] = {}  # test()'s, by tag (trained short)
         if resume is not None:
             self.restore(*resume)  # last: it sets the random generators
         self.wrap_model()
@@ -495,35 +491,6 @@ class Trainer:
             save_checkpoint(state, self.ckpt_dir / "best.pt")
         save_checkpoint(state, self.ckpt_dir / "last.pt")
         self.saved = (self.ckpt_dir / "last.pt", self.state.step)
-
-    def test(self, path: Path, tag: str = "") -> dict[str, dict[str, object]]:
-        """Score checkpoint `path` on every test split with cfg.decode; writes {split}{tag}.hyp.
-        With a length cap (data.train_max_src_len or data.length_cap), "length" holds the test
-        splits' scores together by source-token bucket and on the long split
-        (scoring.length_generalization)."""
-        load_model_state(self.model, load_checkpoint(path, self.device)["model"], path)
-        results: dict[str, dict[str, object]] = {}
-        lens: list[int] = []  # source lengths, hypotheses, references over every test split
-        hyps: list[str] = []
-        refs: list[str] = []
-        for name in self.cfg.data.test:
-            data = self.splits[name]
-            out = translate_ids(self.model, data.src_ids, self.cfg.decode, self.cfg.data.max_len)
-            texts = [self.tgt_tok.decode(h[0].tokens) for h in out]
-            (self.run_dir / f"{name}{tag}.hyp").write_text("".join(t + "\n" for t in texts))
-            results[name] = score(texts, data.tgt_text, lowercase=True)
-            board = "test" if not tag else f"test{tag.replace('.', '_')}"
-            self.writer.add_scalar(f"{board}/{name}_bleu", results[name]["bleu"], self.state.step)
-            log.info("\n%s", format_scores(f"{name} [{path.name}]", results[name]))
-            lens.extend(len(ids) for ids in data.src_ids)
-            hyps.extend(texts)
-            refs.extend(data.tgt_text)
-        cap = length_cap(self.cfg.data)
-        if cap and hyps:
-            scores = length_generalization(lens, hyps, refs, cap)
-            self.length_scores[tag] = {"splits": list(self.cfg.data.test), **scores}
-            log.info("by source tokens [%s]: %s", path.name, self.length_scores[tag])
-        return results
 
     def close(self) -> None:
         """Close the training data, the TensorBoard writer and the step log."""

@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.config.checks import check_config, check_decode
 from seq2seq.config.schema import (
     DataConfig,
     DecodeConfig,
@@ -26,11 +27,11 @@ from seq2seq.config.schema import (
     TrainConfig,
     TrainerConfig,
     TranslateConfig,
-    check_config,
-    check_decode,
     register_configs,
 )
-from seq2seq.model.positional import ALiBi, PositionalEncoding, Rotary, Sinusoidal
+from seq2seq.model.absolute import Rotary, Sinusoidal
+from seq2seq.model.positional import PositionalEncoding
+from seq2seq.model.relative import ALiBi
 from seq2seq.model.transformer import build_model
 from seq2seq.train.resume import flatten
 from tests.config_snapshot import SNAPSHOT, resolve_all

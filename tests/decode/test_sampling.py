@@ -9,7 +9,8 @@ import re
 import pytest
 import torch
 
-from seq2seq.config.schema import DecodeConfig, SearchKind, check_decode
+from seq2seq.config.checks import check_decode
+from seq2seq.config.schema import DecodeConfig, SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decode.sampling import Sampler, uniform_table
 from seq2seq.decode.search import greedy_search, max_lengths, sample_search, translate_ids

@@ -19,7 +19,8 @@ from seq2seq.decode.translator import Translator
 from seq2seq.export.ctranslate2 import ExportError, build_spec, save
 from seq2seq.export.selfcheck import CTranslate2Model, MarianModel, greedy_by_limit, our_logprobs
 from seq2seq.export.writer import export_checkpoint as export
-from seq2seq.model.positional import ALiBi, PositionalEncoding
+from seq2seq.model.positional import PositionalEncoding
+from seq2seq.model.relative import ALiBi
 from seq2seq.model.transformer import EncoderDecoder
 from seq2seq.train.run import train
 from tests.conftest import VOCAB, MakeModel

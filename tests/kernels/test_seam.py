@@ -20,8 +20,7 @@ from seq2seq.data.tokenizer import BOS_ID
 from seq2seq.decode.search import greedy_search
 from seq2seq.kernels import onednn
 from seq2seq.model.layers import MultiHeadAttention
-from seq2seq.model.positional import build_positional
-from seq2seq.model.transformer import EncoderDecoder
+from seq2seq.model.transformer import EncoderDecoder, build_positional
 from tests.conftest import MakeModel, MakeSources, tiny_pos_config
 
 ALL_KINDS = list(PosKind)

@@ -19,7 +19,8 @@ from seq2seq.model.layers import (
     MultiHeadAttention,
     Residual,
 )
-from seq2seq.model.positional import ALiBi, PositionalEncoding, ShawRelative
+from seq2seq.model.positional import PositionalEncoding
+from seq2seq.model.relative import ALiBi, ShawRelative
 
 Y, N = True, False  # short names keep the mask tables readable
 

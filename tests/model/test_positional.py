@@ -14,25 +14,18 @@ from omegaconf import OmegaConf
 
 from seq2seq.config.schema import PosEncodingConfig, PosKind, config_from_dict
 from seq2seq.data.tokenizer import BOS_ID, PAD_ID
-from seq2seq.model.positional import (
-    BUILDERS,
-    SHARED_BY_DEFAULT,
+from seq2seq.model.absolute import Learned, Rotary, Sinusoidal, sinusoid_table
+from seq2seq.model.positional import PerLayer, PositionalEncoding
+from seq2seq.model.relative import (
     ALiBi,
     Fire,
     Kerple,
-    Learned,
-    PerLayer,
-    PositionalEncoding,
-    Rotary,
     ShawRelative,
-    Sinusoidal,
     T5Bias,
     alibi_slopes,
-    build_positional,
-    sinusoid_table,
     t5_bucket,
 )
-from seq2seq.model.transformer import EncoderDecoder
+from seq2seq.model.transformer import BUILDERS, SHARED_BY_DEFAULT, EncoderDecoder, build_positional
 from tests.conftest import tiny_pos_config
 
 MakeModel = Callable[..., EncoderDecoder]

@@ -12,15 +12,10 @@ import torch
 from omegaconf import OmegaConf
 
 from seq2seq.config.schema import CONFIG_DIR, PosEncodingConfig, PosKind
-from seq2seq.model.positional import (
-    Fire,
-    Kerple,
-    Learned,
-    PerLayer,
-    ShawRelative,
-    T5Bias,
-    build_positional,
-)
+from seq2seq.model.absolute import Learned
+from seq2seq.model.positional import PerLayer
+from seq2seq.model.relative import Fire, Kerple, ShawRelative, T5Bias
+from seq2seq.model.transformer import build_positional
 
 
 def kerple_yaml() -> PosEncodingConfig:

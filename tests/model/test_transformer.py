@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from seq2seq import kernels
 from seq2seq.config.schema import ModelConfig, PosKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.model.positional import PositionalEncoding, sinusoid_table
+from seq2seq.model.absolute import sinusoid_table
+from seq2seq.model.positional import PositionalEncoding
 from seq2seq.model.transformer import EncoderDecoder
 from tests.references import smoothed_loss
 

