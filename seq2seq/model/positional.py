@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.config.schema import PosEncodingConfig
+from seq2seq.errors import ConfigError
 
 
 class PositionalEncoding(nn.Module):
@@ -133,8 +134,8 @@ class Learned(PositionalEncoding):
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         end = offset + x.size(1)
-        if end > self.table.num_embeddings:
-            raise ValueError(
+        if end > self.table.num_embeddings:  # a UserError: the CLIs print it as one line
+            raise ConfigError(
                 f"learned positions stop at {self.table.num_embeddings} but position {end - 1} "
                 "was asked for: raise pos_encoding.max_len or lower data.max_len"
             )
