@@ -130,7 +130,11 @@ def test_rank0_setup_failure_reaches_the_other_ranks_as_one_line(
         done = subprocess.run(
             [sys.executable, "-c", RANK_CHILD, *args, *extra],
             cwd=cwd,
-            env=child_env(RANK=str(rank), TEST_SENT=str(sent), PYTHONPATH=str(REPO)),
+            env=child_env(
+                RANK=str(rank),
+                TEST_SENT=str(sent),
+                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            ),
             capture_output=True,
             text=True,
             timeout=300,
