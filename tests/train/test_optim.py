@@ -147,7 +147,8 @@ def concatenate(a: Batch, b: Batch) -> Batch:
         for s, t in zip(batch.src.tolist(), batch.tgt_out.tolist(), strict=True):
             src.append([i for i in s if i != PAD_ID][:-1])  # the ids, without EOS
             tgt.append([i for i in t if i != PAD_ID][:-1])
-            assert s[len(src[-1])] == EOS_ID and t[len(tgt[-1])] == EOS_ID
+            assert s[len(src[-1])] == EOS_ID
+            assert t[len(tgt[-1])] == EOS_ID
     return collate(range(len(src)), src, tgt)
 
 

@@ -203,7 +203,8 @@ def test_cpu_peak_measures_a_real_matmul_and_leaves_the_random_generator_alone()
     state = torch.random.get_rng_state()
     tflops = cpu_peak_tflops.__wrapped__(torch.float32, size=32, repeats=1)
     assert torch.equal(torch.random.get_rng_state(), state)
-    assert math.isfinite(tflops) and tflops > 0
+    assert math.isfinite(tflops)
+    assert tflops > 0
 
 
 @pytest.mark.usefixtures("fresh_peak_cache")
