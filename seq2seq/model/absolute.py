@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from seq2seq.errors import ConfigError
 from seq2seq.model.positional import PositionalEncoding
 
 
@@ -54,8 +55,8 @@ class Learned(PositionalEncoding):
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         """x (B, T, D) plus the learned embeddings of positions from `offset`."""
         end = offset + x.size(1)
-        if end > self.table.num_embeddings:
-            raise ValueError(
+        if end > self.table.num_embeddings:  # a UserError: the CLIs print it as one line
+            raise ConfigError(
                 f"learned positions stop at {self.table.num_embeddings} but position {end - 1} "
                 "was asked for: raise pos_encoding.max_len or lower data.max_len"
             )
