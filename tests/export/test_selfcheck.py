@@ -6,6 +6,8 @@ without force=true and replaced with it."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -114,4 +116,18 @@ def test_an_existing_out_is_refused_without_force_and_replaced_with_it(
     assert (out / "model.bin").read_bytes() != b"an older model"
     manifest = json.loads((out / writer.MANIFEST).read_text())
     assert manifest["check"]["sentences"] == LINES and manifest["quantization"] == "float32"
+    assert leftovers(tmp_path) == []
+
+
+def test_the_exported_folder_has_the_permissions_of_the_umask(ckpt: Path, tmp_path: Path) -> None:
+    """Like every other folder written (a run, a prepared corpus), not private to its owner as
+    the temporary folder it is written in: a server running as another user can read it."""
+    out = tmp_path / "ct2"
+    before = os.umask(0o022)
+    try:
+        export(ExportConfig(ckpt=str(ckpt), out=str(out), check_lines=0))
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert all(stat.S_IMODE(p.stat().st_mode) & 0o044 == 0o044 for p in out.iterdir())
     assert leftovers(tmp_path) == []
