@@ -16,6 +16,7 @@ tests/decode/test_search_golden.py checks that comparison.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -111,7 +112,7 @@ def step_logprobs(
 def smallest_gap(scores: list[float]) -> float:
     """The smallest difference between two of `scores` (finite ones; inf when fewer than 2)."""
     finite = sorted((x for x in scores if math.isfinite(x)), reverse=True)
-    return min((a - b for a, b in zip(finite, finite[1:])), default=math.inf)
+    return min((a - b for a, b in itertools.pairwise(finite)), default=math.inf)
 
 
 def decision_margin(
@@ -150,7 +151,7 @@ def decision_margin(
                 norm = float(length_penalty(torch.tensor(step + 1), cfg.length_penalty, cfg.alpha))
                 finished.append(score / norm)
             elif token != EOS_ID and len(alive) < k:
-                alive.append((tokens + [token], score))
+                alive.append(([*tokens, token], score))
         finished = sorted(finished, reverse=True)
         gap = min(gap, smallest_gap(finished[: k + 1]))
         finished = finished[:k]

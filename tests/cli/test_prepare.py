@@ -58,7 +58,8 @@ def test_prepare_cli_then_training_reads_the_batches_of_the_raw_files(tmp_path: 
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert (out / "manifest.json").is_file() and not list(tmp_path.glob(".prepared.*"))
+    assert (out / "manifest.json").is_file()
+    assert not list(tmp_path.glob(".prepared.*"))
 
     raw_cfg = compose_train(tiny_overrides(data, tmp_path / "raw-cache"))
     for run in ("raw-run", "prep-run"):
@@ -110,7 +111,8 @@ def test_prepare_cli_then_training_reads_the_batches_of_the_raw_files(tmp_path: 
     src_tokens = sum(len(src_tok.encode(line)) for line in src_lines)
     tgt_tokens = sum(len(tgt_tok.encode(line)) for line in tgt_lines)
     lines = done.stdout.splitlines()
-    assert lines[0].startswith(f"prepared corpus: {out} (") and lines[0].endswith(" MB on disk)")
+    assert lines[0].startswith(f"prepared corpus: {out} (")
+    assert lines[0].endswith(" MB on disk)")
     assert lines[1] == (
         f"  train train: 150/150 pairs kept (0 empty, 0 over 64 tokens); tokens {src_tokens} "
         f"src, {tgt_tokens} tgt"

@@ -67,7 +67,7 @@ def reference_beam(
                 norm = penalty(step + 1, cfg.length_penalty, cfg.alpha)
                 finished.append(Hypothesis(tokens, score / norm))
             elif token != EOS_ID and len(alive) < k:
-                alive.append((tokens + [token], score))
+                alive.append(([*tokens, token], score))
         finished = sorted(finished, key=lambda h: -h.score)[:k]
         if len(finished) == k or not alive or alive[0][1] == INF:
             break
@@ -88,7 +88,7 @@ def sequence_score(
 
 
 @pytest.mark.parametrize(
-    "kind,alpha",
+    ("kind", "alpha"),
     [(LengthPenaltyKind.gnmt, 0.8), (LengthPenaltyKind.average, 0.6)],
     ids=["gnmt", "average"],
 )

@@ -110,12 +110,14 @@ def test_an_existing_out_is_refused_without_force_and_replaced_with_it(
 
     check = export(ExportConfig(ckpt=str(ckpt), out=str(out), check_lines=LINES, force=True))
     # the new folder was loaded back and computes our model
-    assert check is not None and check.sentences == LINES
+    assert check is not None
+    assert check.sentences == LINES
     assert check.max_logprob_diff < CHECK_TOLERANCE
     assert not (out / "old.txt").exists()  # the old contents are gone, not merged
     assert (out / "model.bin").read_bytes() != b"an older model"
     manifest = json.loads((out / writer.MANIFEST).read_text())
-    assert manifest["check"]["sentences"] == LINES and manifest["quantization"] == "float32"
+    assert manifest["check"]["sentences"] == LINES
+    assert manifest["quantization"] == "float32"
     assert leftovers(tmp_path) == []
 
 

@@ -73,7 +73,7 @@ def machine_reads(
 
 
 @pytest.mark.parametrize(
-    "cpuinfo,lscpu,processor,want",
+    ("cpuinfo", "lscpu", "processor", "want"),
     [
         pytest.param(
             X86_CPUINFO,
@@ -118,7 +118,8 @@ def test_describe_names_the_cpu_cores_and_torch(
     info = machine.describe()
     assert (info["cpu_model"], info["cpu_vendor"]) == ("Neoverse-N1", "ARM")
     assert info["cores"] == os.cpu_count()
-    assert info["torch"] == torch.__version__ and info["threads"] == torch.get_num_threads()
+    assert info["torch"] == torch.__version__
+    assert info["threads"] == torch.get_num_threads()
     assert info["python"] == platform.python_version()
     line = machine.summary(info)
     assert line.startswith(f"Neoverse-N1 (ARM), {os.cpu_count()} cores, torch {torch.__version__}")
