@@ -79,7 +79,7 @@ multi30k:  ## Multi30k recipe: make multi30k PAIR=en_de|de_en|en_fr (data from M
 test:  ## the CI suite (slow tests excluded)
 	$(PY) -m pytest -q
 
-test-slow:  ## only the slow tests (torch.compile, SIGKILL at each moment): ~1.5 min on 2 cores
+test-slow:  ## only the slow tests (torch.compile trains like eager): ~1 min on 2 cores
 	$(PY) -m pytest -q -m slow
 
 test-full:  ## every test, slow ones included

@@ -91,8 +91,10 @@ def export_checkpoint(cfg: ExportConfig) -> CheckResult | None:
     if cfg.data_root is not None:
         t.cfg.data.root = cfg.data_root
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # private (0700)
+    tmp = work / out.name  # made with the user's umask, like every other folder we write
     try:
+        tmp.mkdir()
         write_folder(t, cfg, tmp)
         check = None
         if cfg.check_lines > 0:
@@ -104,6 +106,6 @@ def export_checkpoint(cfg: ExportConfig) -> CheckResult | None:
             shutil.rmtree(out)
         tmp.rename(out)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     log.info("wrote %s (%s, %s)", out, cfg.format.value, cfg.quantization.value)
     return check

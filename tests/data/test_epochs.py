@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import random
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from seq2seq.data.batching import collate, cut_batches, token_batches
-from seq2seq.data.epochs import TrainData
+from seq2seq.data.epochs import RELEASE_EVERY, TrainData
 from seq2seq.data.prepared import CorpusArrays
 
 
@@ -88,30 +89,81 @@ def test_weights_draw_shares_of_each_corpus() -> None:
         assert np.bincount(from_b).max() <= 4
 
 
-def test_reading_batches_keeps_the_resident_size_flat(tmp_path: Path) -> None:
-    """Collated rows are unmapped again: reading a prepared corpus does not grow the process's
-    file-backed resident memory (RssFile) with every batch."""
+def prepared_split(folder: Path, n: int, seed: int) -> CorpusArrays:
+    """A training split of n random pairs written as seq2seq-prepare writes it, memory-mapped."""
     from seq2seq.data.prepare import SplitWriter
 
-    gen = np.random.default_rng(0)
-    n = 2_000_000  # 100 MB of arrays: a batch's rows lie far apart
-    src_lens, tgt_lens = gen.integers(1, 20, n), gen.integers(1, 20, n)
+    gen = np.random.default_rng(seed)
+    src_lens, tgt_lens = gen.integers(1, 6, n), gen.integers(1, 6, n)
     src, tgt = gen.integers(4, 1000, src_lens.sum()), gen.integers(4, 1000, tgt_lens.sum())
-    writer = SplitWriter(tmp_path / "split", np.dtype(np.uint16), 10**4)
+    writer = SplitWriter(folder, np.dtype(np.uint16), 10**4)
     writer.add(src, src_lens, tgt, tgt_lens, np.zeros(n, bool))
-    arrays = CorpusArrays.open(tmp_path / "split", writer.close(), np.dtype(np.uint16))
-    data = TrainData({"a": arrays}, [], 10**4, 4096, seed=0)
+    return CorpusArrays.open(folder, writer.close(), np.dtype(np.uint16))
 
-    def file_kb() -> int:
-        status = Path("/proc/self/status").read_text().splitlines()
-        return int(next(line.split()[1] for line in status if line.startswith("RssFile:")))
 
-    refs = data.epoch_batches(0)
-    data.collate(refs[0])
-    before = file_kb()
-    for ref in refs[1:50]:
-        data.collate(ref)
-    assert file_kb() - before < 2048  # without release(): tens of MB (pages of every row read)
+class AdviceLog:
+    """Stands in for a memory map's mmap object: records the advice given to it."""
+
+    def __init__(self, name: str, calls: list[tuple[str, int]]) -> None:
+        self.name, self.calls = name, calls
+
+    def madvise(self, advice: int, *args: int) -> None:
+        assert not args  # the whole map
+        self.calls.append((self.name, advice))
+
+
+def test_release_unmaps_every_memory_mapped_array(tmp_path: Path) -> None:
+    """release() gives MADV_DONTNEED for the whole of each of the five memory maps, so that the
+    pages read leave the process's resident size (they stay in the page cache)."""
+    arrays = prepared_split(tmp_path / "split", 50, seed=0)
+    names = ["src_ids", "tgt_ids", "src_offsets", "tgt_offsets", "order"]
+    arrays.release()  # the real maps take the advice (any OS with madvise)
+    calls: list[tuple[str, int]] = []
+    for name in names:
+        array = getattr(arrays, name)
+        assert isinstance(array, np.memmap), name
+        array._mmap = AdviceLog(name, calls)
+    arrays.release()
+    assert sorted(calls) == sorted((name, mmap.MADV_DONTNEED) for name in names)
+    CorpusArrays.from_ids([[4]], [[5]]).release()  # in memory: nothing to unmap, no error
+
+
+def test_reading_batches_releases_the_rows_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Collating batches keeps few rows mapped: every corpus is released at least every
+    RELEASE_EVERY rows read and after a batch's last row, so that the file-backed resident size
+    does not grow with each batch (counted here, not measured: the kernel's figures depend on
+    the machine and its load)."""
+    corpora = {
+        "a": prepared_split(tmp_path / "a", 3000, 1),
+        "b": prepared_split(tmp_path / "b", 800, 2),
+    }
+    data = TrainData(corpora, [1.0, 2.0], 10**4, 4096, seed=0)
+    which = {id(c): name for name, c in corpora.items()}
+    unreleased = dict.fromkeys(corpora, 0)  # rows read since the corpus's last release
+    most = {"rows": 0, "batch": 0}
+    row, release = CorpusArrays.row, CorpusArrays.release
+
+    def counted_row(self: CorpusArrays, i: int) -> tuple[np.ndarray, np.ndarray]:
+        for name in unreleased:
+            unreleased[name] += 1
+        most["rows"] = max(most["rows"], *unreleased.values())
+        return row(self, i)
+
+    def counted_release(self: CorpusArrays) -> None:
+        unreleased[which[id(self)]] = 0
+        release(self)
+
+    monkeypatch.setattr(CorpusArrays, "row", counted_row)
+    monkeypatch.setattr(CorpusArrays, "release", counted_release)
+    for ref in data.epoch_batches(0)[:20]:
+        batch = data.collate(ref)
+        most["batch"] = max(most["batch"], batch.src.size(0))
+        assert unreleased == {"a": 0, "b": 0}  # nothing left mapped after a batch
+    assert most["batch"] > 3 * RELEASE_EVERY  # batches long enough to need several releases
+    assert 0 < most["rows"] <= RELEASE_EVERY
+    data.close()
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 64, 1000, 4097])

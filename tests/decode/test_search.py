@@ -422,10 +422,11 @@ def test_decode_batch_dispatches_on_method(model: EncoderDecoder) -> None:
 @pytest.mark.parametrize("case", sorted(search_golden.CASES))
 def test_greedy_and_beam_outputs_are_as_recorded(case: str) -> None:
     """The searches return the tokens (and scores, to float rounding) that they returned when
-    tests/fixtures/search_golden.json was written, before sampling, ensembles and alignments."""
+    tests/fixtures/search_golden.json was written, before sampling, ensembles and alignments;
+    a sentence may differ only where its search meets a near-tie, which another CPU's rounding
+    can flip (search_golden.compare)."""
     want = json.loads(search_golden.GOLDEN.read_text(encoding="utf-8"))
     got = search_golden.outputs([case])
     for key, results in got.items():
-        assert [[h[0] for h in n] for n in results] == [[h[0] for h in n] for n in want[key]], key
-        scores = [h[1] for n in results for h in n]
-        assert scores == pytest.approx([h[1] for n in want[key] for h in n], abs=1e-4), key
+        model = search_golden.model_of(PosKind(key.split("/")[0]))
+        search_golden.compare(model, search_golden.sources(), case, results, want[key])

@@ -116,9 +116,20 @@ def test_test_long_is_longer_than_train(
         assert {numbers_in(src) for src, _ in splits[name]} == {1, 2, 3}
 
 
+def gzip_header(data: bytes) -> tuple[int, str]:
+    """The modification time and file name a gzip member's header stores (RFC 1952, 2.3)."""
+    assert data[:3] == b"\x1f\x8b\x08", "not a gzip (deflate) member"
+    flags, mtime = data[3], int.from_bytes(data[4:8], "little")
+    assert flags == 0x08, f"flags {flags:#x}: only FNAME expected"
+    return mtime, data[10 : data.index(b"\x00", 10)].decode("latin-1")
+
+
 def test_committed_files_match_fresh_generation(
     fresh: tuple[Path, dict[str, int]],
 ) -> None:
+    """The committed files hold what the script generates today, line for line. Their deflate
+    bytes are not compared: they depend on the zlib build (its version, or zlib-ng), not on us;
+    what the script sets in the header to be reproducible (mtime 0, the plain name) is."""
     root, _ = fresh
     expected = sorted(p.name for p in root.glob("*.gz"))
     assert sorted(p.name for p in COMMITTED.glob("*.gz")) == expected
@@ -130,5 +141,6 @@ def test_committed_files_match_fresh_generation(
         assert gzip.decompress(committed) == gzip.decompress(regenerated), (
             f"{name} content differs; rerun scripts/make_numbers_data.py"
         )
-        assert committed == regenerated, f"{name}: same content but different gzip bytes"
+        for data in (committed, regenerated):
+            assert gzip_header(data) == (0, name.removesuffix(".gz")), name
     assert total < 1_500_000

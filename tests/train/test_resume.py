@@ -263,14 +263,13 @@ def kill_child_at(moment: Moment, overrides: list[str], run_dir: Path) -> None:
     assert marker.read_text() == f"{moment.name} {moment.step}"
 
 
-slow = pytest.mark.slow
 KILL_MOMENTS = [
     pytest.param(Moment("writing_last", 8, 4), id="while-writing-last.pt"),
-    pytest.param(Moment("forward", 0, None), id="in-the-first-step", marks=slow),
-    pytest.param(Moment("backward", 6, 4), id="mid-backward", marks=slow),
-    pytest.param(Moment("validation", 8, 4), id="during-validation", marks=slow),
-    pytest.param(Moment("after_checkpoint", 8, 8), id="right-after-last.pt", marks=slow),
-    pytest.param(Moment("test", 12, 12), id="during-test-scoring", marks=slow),
+    pytest.param(Moment("forward", 0, None), id="in-the-first-step"),
+    pytest.param(Moment("backward", 6, 4), id="mid-backward"),
+    pytest.param(Moment("validation", 8, 4), id="during-validation"),
+    pytest.param(Moment("after_checkpoint", 8, 8), id="right-after-last.pt"),
+    pytest.param(Moment("test", 12, 12), id="during-test-scoring"),
 ]
 
 
