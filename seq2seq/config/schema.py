@@ -125,7 +125,8 @@ class DataConfig:
     length_cap: int = 0
     # a seq2seq-prepare output to train from; unset: prepared on first use into cache_dir
     prepared: str | None = None
-    cache_dir: str = ".cache/prepared"  # data prepared on first use, keyed by files and settings
+    # data prepared on first use, keyed by files and settings (relative: to the working directory)
+    cache_dir: str = ".cache/prepared"
     workers: int = 0  # processes that tokenize while preparing (0 = one per core)
 
 

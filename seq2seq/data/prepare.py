@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from seq2seq.config.schema import PACKAGE_ROOT, DataConfig, TokenizerConfig, resolve_path
+from seq2seq.config.schema import DataConfig, TokenizerConfig, resolve_path
 from seq2seq.data.encode import encode_chunk, init_worker
 from seq2seq.data.prepared import (
     FORMAT,
@@ -389,8 +389,7 @@ def cached_prepare(
 ) -> Path:
     """The prepared corpus of data and tok in data.cache_dir, prepared now if absent or damaged.
     With `tokenizers` (a resumed run's), one prepared with exactly those."""
-    root = Path(data.cache_dir).expanduser()
-    root = root if root.is_absolute() else PACKAGE_ROOT / root
+    root = Path(data.cache_dir).expanduser()  # relative: to the working directory, as outputs/
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{data.name}-{data.src_lang}-{data.tgt_lang}-{cache_key(data, tok)}"
     with (root / ".lock").open("w") as lock:

@@ -177,6 +177,7 @@ import torch
 import seq2seq.train.validation as metrics
 import seq2seq.cli.train as train
 import seq2seq.train.trainer as trainer
+import seq2seq.train.testing as testing
 MOMENT, STEP = os.environ["KILL_MOMENT"], int(os.environ["KILL_STEP"])
 MARKER, run = Path(os.environ["KILL_MARKER"]), {}
 def chosen(moment):
@@ -204,7 +205,7 @@ def loss_and_hook(self, batch):
 trainer.Trainer.__init__, trainer.Trainer.batch_loss = trainer_init, loss_and_hook
 wrap(trainer.Trainer, "batch_loss", "forward")
 wrap(metrics, "translate_ids", "validation")  # validation's greedy decoding, after its loss
-wrap(trainer, "translate_ids", "test")  # scoring best.pt on the test split
+wrap(testing, "translate_ids", "test")  # scoring best.pt on the test split
 save_checkpoint, torch_save = trainer.save_checkpoint, torch.save
 def saving(state, path):
     run["target"] = path.name
