@@ -29,6 +29,7 @@ from seq2seq.train.checkpoint import (
 )
 from seq2seq.train.distributed import broadcast, init_distributed
 from seq2seq.train.finetune import adopt, check_overrides, load_source
+from seq2seq.train.hparams import write_hparams
 from seq2seq.train.machine import describe
 from seq2seq.train.resume import (
     Resume,
@@ -134,6 +135,7 @@ def train(
         summary["init_from"] = {"path": str(source.path), "sha256": sha256_file(source.path)}
     summary["minutes"] = (time.monotonic() - start) / 60
     summary["machine"] = describe()  # the times and speeds above hold for this CPU
+    write_hparams(run_dir / "tb", cfg, summary)  # TensorBoard's HParams: settings and scores
     tmp = run_dir / f".{RESULTS_NAME}.tmp"  # atomic: a results.json is a whole one
     tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     tmp.replace(run_dir / RESULTS_NAME)
