@@ -36,7 +36,6 @@ from seq2seq.train.run import is_finished, train
 log = logging.getLogger(__name__)
 
 
-
 class JobFailed(UserError, RuntimeError):
     """A job of a multirun stopped on a user error; the message names its run directory."""
 

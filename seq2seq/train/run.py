@@ -71,8 +71,8 @@ def finished_results(run_dir: Path) -> dict[str, dict[str, object]]:
             "file to test the run again (it resumes from its checkpoints)"
         ) from err
     log.info(
-        "%s: already finished (%s holds its test scores): skipped: not trained again, its files left as they are "
-        "(trainer.skip_finished=true)",
+        "%s: already finished (%s holds its test scores): skipped, not trained again, its "
+        "files left as they are (trainer.skip_finished=true)",
         run_dir,
         RESULTS_NAME,
     )

@@ -119,7 +119,9 @@ def test_rerun_skips_finished_resumes_unfinished_and_reports_failures(swept: Pat
     proc = sweep(swept, "sinusoidal,rope,alibi")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     error = proc.stderr.strip().splitlines()[-1]
-    assert error.startswith(f"error: a run of the sweep failed: {runs / 'alibi_seed1'}: ResumeError")
+    assert error.startswith(
+        f"error: a run of the sweep failed: {runs / 'alibi_seed1'}: ResumeError"
+    )
     # the finished run: its log says so, and nothing else in its folder changed (.hydra/ too)
     assert snapshot(runs / "sinusoidal_seed1") == finished
     log = (runs / "sinusoidal_seed1" / "train.log").read_text().splitlines()
