@@ -162,3 +162,15 @@ def test_attention_pictures_of_the_best_and_the_worst(swept: Path, tmp_path: Pat
     assert proc.stdout.startswith("best: ") and sorted(ranked) == ["rope", "sinusoidal"]
     assert png.stat().st_size > 0
     assert list((swept / "sweep" / "attention_tb").glob("events.out.tfevents.*"))
+
+
+def test_make_resume_trains_a_finished_sweep_run_further(swept: Path) -> None:
+    """The sweep experiment's trainer.skip_finished does not stop `make resume`."""
+    run = swept / "sweep" / "sinusoidal_seed1"
+    cmd = [sys.executable, "-m", "seq2seq.cli.resume", str(run), "trainer.max_steps=10"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    resumed = results(swept, "sinusoidal_seed1")
+    assert resumed["resumed_from"] == str(run / "checkpoints" / "last.pt")
+    assert resumed["steps"] == 10
