@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, median, write_json  # noqa: E402
+from common import ROOT, median, write_json
 
 # prints whether the setting took (always False without it) and the fault count of steps 4-10
 STEPS = """

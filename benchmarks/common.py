@@ -72,7 +72,7 @@ def median(values: list[float]) -> float:
 
 def command() -> str:
     script = Path(sys.argv[0]).resolve().relative_to(ROOT)
-    return "python " + " ".join([str(script)] + sys.argv[1:])
+    return "python " + " ".join([str(script), *sys.argv[1:]])
 
 
 def run_json(cmd: list[str], env: dict[str, str], what: str, cwd: Path | None = None) -> Any:

@@ -32,8 +32,7 @@ from seq2seq.config.schema import (
 )
 from seq2seq.data.text import read_lines
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, build_tokenizers
-from seq2seq.model.positional import build_positional
-from seq2seq.model.transformer import EncoderDecoder
+from seq2seq.model.transformer import EncoderDecoder, build_positional
 from seq2seq.train.build import build_optimizer
 
 MODEL = ModelConfig(
@@ -165,7 +164,7 @@ def trained_precision(tok: Tokenizer, cache_dir: Path, settings: TrainSettings) 
     return json.loads(side.read_text())["precision"] if side.exists() else "not recorded"
 
 
-def test_sources(root: Path, tok: Tokenizer, n: int, lang: str = "en") -> list[list[int]]:
+def test_sources(root: Path, tok: Tokenizer, n: int, lang: str = "en") -> list[list[int]]:  # noqa: PT028 - the test split's, not a pytest test
     """Token ids of the first n sentences of test_2016_flickr.<lang> (no EOS)."""
     return tok.encode_batch(read_lines(split_file(root, f"test_2016_flickr.{lang}"))[:n])
 
@@ -223,7 +222,7 @@ def _teacher_forced(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> dict[
         width = max(len(r) for r in rows)
         return torch.tensor([r + [PAD_ID] * (width - len(r)) for r in rows])
 
-    src = pad([s + [EOS_ID] for s in src_ids])  # (B, S)
+    src = pad([[*s, EOS_ID] for s in src_ids])  # (B, S)
     tgt_in = pad([[BOS_ID, *t] for t in tgt_ids])  # (B, T)
     return {"src": src, "tgt_in": tgt_in, "real": tgt_in.ne(PAD_ID)}
 

@@ -24,8 +24,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import train_throughput as tt  # noqa: E402
-from common import command, multi30k_root, update_doc, write_json  # noqa: E402
+import train_throughput as tt
+from common import command, multi30k_root, update_doc, write_json
 
 from seq2seq.config.schema import Precision
 from seq2seq.train.flops import cpu_peak_tflops

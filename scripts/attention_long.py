@@ -67,7 +67,7 @@ def tokens(tok: object, ids: list[int]) -> list[str]:
     return [tok.id_to_token(i) for i in ids] + ["</s>"]  # type: ignore[attr-defined]
 
 
-def draw(panels: list[tuple[str, Translator, Translation, str]], src_ids: list[int], title: str):  # noqa: ANN201
+def draw(panels: list[tuple[str, Translator, Translation, str]], src_ids: list[int], title: str):
     """One heatmap per (label, translator, translation, caption), side by side."""
     import matplotlib
 

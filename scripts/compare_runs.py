@@ -36,9 +36,9 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
-from sweep_curves import curve_lines, plot_curves, read_curves, runs_lines  # noqa: E402
-from sweep_report import (  # noqa: E402
+from omegaconf import DictConfig, OmegaConf
+from sweep_curves import curve_lines, plot_curves, read_curves, runs_lines
+from sweep_report import (
     Job,
     Row,
     failed_lines,

@@ -12,8 +12,7 @@ from torch import nn
 
 from seq2seq.config.schema import ModelConfig, PosEncodingConfig, PosKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.model.positional import build_positional
-from seq2seq.model.transformer import EncoderDecoder
+from seq2seq.model.transformer import EncoderDecoder, build_positional
 
 # The test models are tiny: one intra-op thread is fastest, and on a busy machine the default
 # (one per core) waits on the other threads at every op, which made a 9-step decode take seconds.

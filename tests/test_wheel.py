@@ -6,6 +6,7 @@ seq2seq-evaluate run from a folder outside the repository."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -29,14 +30,15 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """The wheel, built from a copy of the sources (setuptools writes build/ beside them)."""
+    out, src = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, src / name)
+    shutil.copytree(REPO / "seq2seq", src / "seq2seq", ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     # no build isolation: this environment's setuptools builds it (no download)
-    run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
-        out,
-        {**os.environ, "PIP_NO_INDEX": "1"},
-    )
+    args = [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(src)]
+    run(args, out, {**os.environ, "PIP_NO_INDEX": "1"})
     (found,) = out.glob("seq2seq-*.whl")
     return found
 
@@ -87,7 +89,8 @@ def test_the_installed_wheel_trains_translates_and_evaluates(venv: Path, tmp_pat
     overrides = tiny_overrides(data, tmp_path / "cache", "trainer.max_steps=8")
     run([str(venv / "bin" / "seq2seq-train"), *overrides, "hydra.run.dir=run"], tmp_path, env)
     ckpt = tmp_path / "run" / "checkpoints" / "best.pt"
-    assert ckpt.exists() and (tmp_path / "run" / "results.json").exists()
+    assert ckpt.exists()
+    assert (tmp_path / "run" / "results.json").exists()
     done = run(
         [str(venv / "bin" / "seq2seq-translate"), f"ckpt={ckpt}", f"input={data / 'test.en'}"],
         tmp_path,

@@ -25,7 +25,8 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
-from seq2seq.config.schema import CONFIG_DIR, DecodeConfig, SearchKind, merge_decode
+from seq2seq.config.checks import merge_decode
+from seq2seq.config.schema import CONFIG_DIR, DecodeConfig, SearchKind
 from seq2seq.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
@@ -70,10 +71,12 @@ def command_line_overrides() -> list[str] | None:
 
 
 def one_line(text: str) -> str:
+    """`text`'s non-blank lines, stripped and joined by single spaces."""
     return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def fail(err: Exception) -> NoReturn:
+    """Print `err` as one `error: Type: message` line on stderr and exit with status 1."""
     print(f"error: {type(err).__name__}: {one_line(str(err))}", file=sys.stderr)
     sys.exit(1)
 
@@ -125,6 +128,7 @@ def decode_settings(chosen: DecodeConfig, trained: DecodeConfig) -> DecodeConfig
 
 
 def describe_decode(d: DecodeConfig) -> str:
+    """The decoding settings `d` in words, for the log."""
     if d.method == SearchKind.sample:
         return (
             f"sample, {d.nbest} a sentence, temperature {d.temperature}, top_k {d.top_k}, "

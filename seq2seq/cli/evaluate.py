@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seq2seq.cli.app import decode_settings, entry_point
-from seq2seq.config.schema import EvaluateConfig, check_decode, register_configs
+from seq2seq.config.checks import check_decode
+from seq2seq.config.schema import EvaluateConfig, register_configs
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation.scoring import format_by_length, format_scores, score, scores_by_length
 

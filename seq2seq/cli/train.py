@@ -36,7 +36,7 @@ from seq2seq.train.run import is_finished, train
 log = logging.getLogger(__name__)
 
 
-class JobFailed(UserError, RuntimeError):
+class SweepJobError(UserError, RuntimeError):
     """A job of a multirun stopped on a user error; the message names its run directory."""
 
 
@@ -68,7 +68,7 @@ def main(cfg: DictConfig) -> float:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             # Hydra marks this job failed, runs the others of the sweep, then raises the first
             # failure (cli() prints it)
-            raise JobFailed(f"{run_dir}: {type(err).__name__}: {err}") from err
+            raise SweepJobError(f"{run_dir}: {type(err).__name__}: {err}") from err
         print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
         sys.exit(1)
     finally:
@@ -88,7 +88,7 @@ def cli() -> None:
         sys.argv = [sys.argv[0], *merge_overrides(sys.argv[1:], WORKER_OVERRIDES)]
     try:
         run_hydra(main)  # a bad override: one `error: ConfigError: ...` line, exit status 1
-    except JobFailed as err:  # raised by Hydra's sweeper once every job of the multirun ran
+    except SweepJobError as err:  # raised by Hydra's sweeper once every job of the multirun ran
         print(f"error: a run of the sweep failed: {err}", file=sys.stderr)
         sys.exit(1)
 

@@ -7,7 +7,6 @@ config, and the error names the full key (e.g. `pos_encoding.kind`).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -16,14 +15,14 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from seq2seq.errors import ConfigError
-
 # the installed package (its embedded data: data/numbers) and its Hydra config tree (this folder)
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = str(Path(__file__).resolve().parent)
 
 
 class TokenizerKind(str, Enum):
+    """tokenizer.kind: a SentencePiece model (bpe, unigram), or words or characters."""
+
     bpe = "bpe"
     unigram = "unigram"
     word = "word"
@@ -31,6 +30,8 @@ class TokenizerKind(str, Enum):
 
 
 class PosKind(str, Enum):
+    """pos_encoding.kind: the positional encodings of seq2seq/model/positional.py."""
+
     sinusoidal = "sinusoidal"
     learned = "learned"
     relative = "relative"
@@ -43,23 +44,31 @@ class PosKind(str, Enum):
 
 
 class SearchKind(str, Enum):
+    """decode.method: how translations are searched for."""
+
     greedy = "greedy"
     beam = "beam"
     sample = "sample"  # random sampling (temperature, top-k, top-p), seeded
 
 
 class AttentionLayers(str, Enum):
+    """attention_layers (seq2seq-translate): the decoder layers a heatmap shows."""
+
     mean = "mean"  # one heatmap: the decoder layers' cross-attention averaged
     all = "all"  # one heatmap per decoder layer
 
 
 class LengthPenaltyKind(str, Enum):
+    """decode.length_penalty: how beam search normalizes scores by length."""
+
     none = "none"  # raw sum of log-probabilities
     gnmt = "gnmt"  # Wu et al. 2016: score / ((5 + |y|) / 6) ** alpha
     average = "average"  # score / |y| ** alpha
 
 
 class Precision(str, Enum):
+    """trainer.precision: the floating-point type training computes in."""
+
     auto = "auto"  # the faster of fp32 and bf16, timed on a CPU; bf16 on a GPU that supports it
     fp32 = "fp32"
     bf16 = "bf16"  # autocast to bfloat16 (CUDA or CPU)
@@ -67,23 +76,31 @@ class Precision(str, Enum):
 
 
 class BestMetric(str, Enum):
+    """trainer.best_metric: the validation score that picks best.pt."""
+
     bleu = "bleu"  # validation BLEU of greedy translations, higher is better
     chrf = "chrf"  # validation chrF of the same translations, higher is better
     loss = "loss"  # validation loss (teacher-forced NLL per token, no smoothing), lower is better
 
 
 class LengthUnit(str, Enum):
+    """length_by (seq2seq-evaluate): what the source-length buckets count."""
+
     words = "words"  # whitespace words of the source: 1-10, 11-20, 21-30, 31-40, 41+
     items = "items"  # comma-separated items of the source (the numbers data)
 
 
 class Kernels(str, Enum):
+    """trainer.kernels: which implementations the model's operations run on."""
+
     auto = "auto"  # the fast CPU kernels on a CPU, plain PyTorch elsewhere (CUDA)
     reference = "reference"  # plain PyTorch everywhere
 
 
 @dataclass
 class DataConfig:
+    """data: the parallel corpus, its splits, and which pairs training keeps."""
+
     name: str = "numbers"  # label used in logs and run folders
     # relative: to the working directory, else to the package (its embedded data/numbers)
     root: str = "data/numbers"  # folder of {split}.{lang} or {split}.{lang}.gz files
@@ -98,17 +115,29 @@ class DataConfig:
     test: list[str] = field(default_factory=lambda: ["test"])  # splits scored after training
     max_len: int = 256  # pairs with a side longer than this (in tokens) are dropped and counted
     # length generalization: train only on the pairs whose source has at most this many tokens
-    # (0 = all). Validation and test splits stay whole; the test splits are then also scored
-    # together by source-token bucket, with a "long" split of every sentence over this length
+    # (0 = all). It is then also the experiment's cap L (unless length_cap sets one): validation
+    # keeps only sources of at most L tokens (best.pt is chosen within the cap), and the whole
+    # test splits are also scored together by source-token bucket around L, with a "long" split
+    # of every sentence over L and the hypothesis/reference length ratio of each bucket
     train_max_src_len: int = 0
+    # the cap L of a reference run trained on every length (train_max_src_len=0): validated and
+    # scored as a capped run would be, so that the two compare on the same sentences (0 = none)
+    length_cap: int = 0
     # a seq2seq-prepare output to train from; unset: prepared on first use into cache_dir
     prepared: str | None = None
     cache_dir: str = ".cache/prepared"  # data prepared on first use, keyed by files and settings
     workers: int = 0  # processes that tokenize while preparing (0 = one per core)
 
 
+def length_cap(d: DataConfig) -> int:
+    """The cap L of a length experiment (data.length_cap, else data.train_max_src_len; 0: none)."""
+    return d.length_cap or d.train_max_src_len
+
+
 @dataclass
 class TokenizerConfig:
+    """tokenizer: how the source and target vocabularies are built."""
+
     kind: TokenizerKind = TokenizerKind.bpe  # bpe | unigram (sentencepiece), word | char
     vocab_size: int = 8000  # target vocabulary size (sentencepiece; cap for word)
     joint: bool = True  # one vocabulary for both languages
@@ -121,6 +150,8 @@ class TokenizerConfig:
 
 @dataclass
 class PosEncodingConfig:
+    """pos_encoding, encoder_pos, decoder_pos: an encoding and its settings."""
+
     kind: PosKind = PosKind.sinusoidal  # which encoding (see seq2seq/model/positional.py)
     max_len: int = 1024  # learned: table size; sinusoidal: precomputed length
     clip: int = 16  # relative (Shaw): distances beyond +-clip share one embedding
@@ -135,10 +166,15 @@ class PosEncodingConfig:
     # true = keys on the left and on the right get different slopes (docs/POSITIONAL_ENCODINGS.md)
     alibi_directional: bool = False
     t5_zero_init: bool = False  # t5_bias: start the table at zero, not N(0, d_model^-0.5) as T5
+    # fire: the threshold L's starting value (tokens); below the longest training position, or
+    # the progressive interpolation never acts in training (the run reports it)
+    fire_threshold: float = 32.0
 
 
 @dataclass
 class ModelConfig:
+    """model: the Transformer's sizes, dropouts and shared weights."""
+
     d_model: int = 128  # embedding and hidden size
     n_heads: int = 4  # attention heads
     enc_layers: int = 4  # encoder layers
@@ -154,6 +190,8 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
+    """optim: AdamW, gradient clipping and the learning-rate schedule."""
+
     lr: float = 1e-3  # peak learning rate, reached after warmup
     warmup_steps: int = 1000  # linear warmup, then inverse square root decay
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam betas
@@ -164,6 +202,8 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
+    """trainer: the training loop's batches, stopping rules, validation and saving."""
+
     seed: int = 1  # seeds python, torch and the batch order
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch intra-op threads (0 = torch default)
@@ -214,6 +254,8 @@ class TrainerConfig:
 
 @dataclass
 class DecodeConfig:
+    """decode: the search that translates, and how long its outputs may be."""
+
     method: SearchKind = SearchKind.greedy  # greedy | beam | sample
     beam_size: int = 5  # beam width (beam search)
     length_penalty: LengthPenaltyKind = LengthPenaltyKind.gnmt  # how beam scores are normalized
@@ -230,6 +272,8 @@ class DecodeConfig:
 
 @dataclass
 class TrainConfig:
+    """The config of seq2seq-train (seq2seq/config/train.yaml)."""
+
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -244,6 +288,8 @@ class TrainConfig:
 
 @dataclass
 class TranslateConfig:
+    """The config of seq2seq-translate (seq2seq/config/translate.yaml)."""
+
     # checkpoint to load (best.pt or last.pt of a run), or a list of them: an ensemble that
     # averages their log-probabilities at every step (ckpt=[a.pt,b.pt]; same tokenizers)
     ckpt: Any = MISSING
@@ -262,6 +308,8 @@ class TranslateConfig:
 
 @dataclass
 class EvaluateConfig:
+    """The config of seq2seq-evaluate (seq2seq/config/evaluate.yaml)."""
+
     ckpt: str | None = None  # score this checkpoint's translations of `split` ...
     split: str = "test"  # ... read from the checkpoint's data config (root overridable below)
     data_root: str | None = None  # replaces the checkpoint's data.root when set
@@ -281,6 +329,8 @@ class EvaluateConfig:
 
 
 class ExportFormat(str, Enum):
+    """format (seq2seq-export): the kind of model folder written."""
+
     ctranslate2 = "ctranslate2"  # a CTranslate2 model folder (ctranslate2.Translator)
     huggingface = "huggingface"  # a MarianMTModel folder (from_pretrained)
 
@@ -300,6 +350,8 @@ class Quantization(str, Enum):
 
 @dataclass
 class ExportConfig:
+    """The config of seq2seq-export (seq2seq/config/export.yaml)."""
+
     ckpt: str = MISSING  # checkpoint to export (best.pt, last.pt, average.pt)
     out: str = MISSING  # folder to write; it must not exist unless force=true
     format: ExportFormat = ExportFormat.ctranslate2  # ctranslate2 | huggingface
@@ -308,128 +360,6 @@ class ExportConfig:
     check_lines: int = 100  # validation sentences the self-check translates (0: no check)
     check_split: str | None = None  # the split it reads; default: the checkpoint's data.valid
     data_root: str | None = None  # replaces the checkpoint's data.root for the check
-
-
-def check_decode(cfg: DecodeConfig, prefix: str = "decode") -> None:
-    """Range checks the schema's types cannot express; errors name the key and the fix."""
-    _require(cfg.beam_size >= 1, f"{prefix}.beam_size", cfg.beam_size, "at least 1")
-    _require(cfg.nbest >= 1, f"{prefix}.nbest", cfg.nbest, "at least 1")
-    _require(
-        cfg.nbest <= cfg.beam_size or cfg.method != SearchKind.beam,
-        f"{prefix}.nbest",
-        cfg.nbest,
-        f"at most beam_size ({cfg.beam_size})",
-    )
-    _require(cfg.max_len_a >= 0, f"{prefix}.max_len_a", cfg.max_len_a, "0 or more")
-    _require(cfg.max_len_b >= 0, f"{prefix}.max_len_b", cfg.max_len_b, "0 or more")
-    _require(
-        cfg.max_len_a > 0 or cfg.max_len_b > 0,
-        f"{prefix}.max_len_b",
-        cfg.max_len_b,
-        "above 0 when max_len_a is 0",
-    )
-    _require(cfg.batch_size >= 1, f"{prefix}.batch_size", cfg.batch_size, "at least 1")
-    _require(cfg.temperature > 0, f"{prefix}.temperature", cfg.temperature, "above 0")
-    _require(cfg.top_k >= 0, f"{prefix}.top_k", cfg.top_k, "0 (all tokens) or more")
-    _require(0 < cfg.top_p <= 1, f"{prefix}.top_p", cfg.top_p, "in (0, 1]")
-
-
-def check_config(cfg: TrainConfig) -> None:
-    """Reject values that would fail (or silently misbehave) deep inside training."""
-    m, t, d = cfg.model, cfg.trainer, cfg.data
-    _require(
-        m.d_model % m.n_heads == 0,
-        "model.d_model",
-        m.d_model,
-        f"a multiple of model.n_heads ({m.n_heads})",
-    )
-    for key, value in [
-        ("model.enc_layers", m.enc_layers),
-        ("model.dec_layers", m.dec_layers),
-        ("model.d_ff", m.d_ff),
-        ("data.max_len", d.max_len),
-        ("trainer.max_tokens", t.max_tokens),
-        ("trainer.accum_steps", t.accum_steps),
-        ("trainer.valid_every", t.valid_every),
-        ("trainer.log_every", t.log_every),
-        ("tokenizer.vocab_size", cfg.tokenizer.vocab_size),
-    ]:
-        _require(value >= 1, key, value, "at least 1")
-    for key, share in [
-        ("model.dropout", m.dropout),
-        ("model.attn_dropout", m.attn_dropout),
-        ("model.ffn_dropout", m.ffn_dropout),
-        ("trainer.label_smoothing", t.label_smoothing),
-    ]:
-        _require(0.0 <= share < 1.0, key, share, "in [0, 1)")
-    _require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "above 0")
-    _require(cfg.optim.warmup_steps >= 0, "optim.warmup_steps", cfg.optim.warmup_steps, "0 or more")
-    _require(cfg.optim.clip_norm >= 0, "optim.clip_norm", cfg.optim.clip_norm, "0 or more")
-    _require(len(cfg.optim.betas) == 2, "optim.betas", cfg.optim.betas, "two numbers")
-    _require(
-        not m.share_embeddings or cfg.tokenizer.joint,
-        "model.share_embeddings",
-        True,
-        "false when tokenizer.joint is false (two vocabularies)",
-    )
-    check_data(d, cfg.tokenizer)
-    check_trainer(t)
-    check_decode(cfg.decode)
-
-
-def check_data(d: DataConfig, tok: TokenizerConfig) -> None:
-    """Range checks of the data and tokenizer settings."""
-    _require(len(d.train) >= 1, "data.train", d.train, "at least one split name")
-    _require(
-        not d.weights or len(d.weights) == len(d.train),
-        "data.weights",
-        d.weights,
-        f"empty or one weight per data.train split ({len(d.train)})",
-    )
-    _require(all(w > 0 for w in d.weights), "data.weights", d.weights, "above 0 each")
-    _require(d.max_len < 1 << 16, "data.max_len", d.max_len, f"below {1 << 16}")
-    _require(d.workers >= 0, "data.workers", d.workers, "0 (one per core) or more")
-    _require(
-        d.train_max_src_len >= 0, "data.train_max_src_len", d.train_max_src_len, "0 (off) or more"
-    )
-    _require(tok.sample_lines >= 1, "tokenizer.sample_lines", tok.sample_lines, "at least 1")
-
-
-def check_trainer(t: TrainerConfig) -> None:
-    """Range checks of the trainer settings (counts, limits, resume mode)."""
-    for key, value in [
-        ("trainer.max_steps", t.max_steps),
-        ("trainer.max_epochs", t.max_epochs),
-        ("trainer.max_bad_steps", t.max_bad_steps),
-    ]:
-        _require(value >= 1, key, value, "at least 1")
-    for key, amount in [
-        ("trainer.max_minutes", t.max_minutes),
-        ("trainer.threads", t.threads),
-        ("trainer.keep_last", t.keep_last),
-        ("trainer.patience", t.patience),
-        ("trainer.average_last", t.average_last),
-        ("trainer.valid_bleu_sentences", t.valid_bleu_sentences),
-    ]:
-        _require(amount >= 0, key, amount, "0 or more")
-    _require(
-        t.keep_last >= t.average_last,
-        "trainer.keep_last",
-        t.keep_last,
-        f"at least trainer.average_last ({t.average_last}) so that the checkpoints to "
-        "average are kept",
-    )
-    _require(
-        t.resume.strip() != "",
-        "trainer.resume",
-        t.resume,
-        "auto, never or the path of a checkpoint",
-    )
-
-
-def _require(ok: bool, key: str, value: object, expected: str) -> None:
-    if not ok:
-        raise ConfigError(f"config: {key}={value!r} is invalid; it must be {expected}")
 
 
 def resolve_path(path: str | Path) -> Path:
@@ -441,27 +371,7 @@ def resolve_path(path: str | Path) -> Path:
     return PACKAGE_ROOT / p if (PACKAGE_ROOT / p).exists() else p
 
 
-def merge_decode(
-    chosen: DecodeConfig, trained: DecodeConfig, overrides: list[str] | None
-) -> tuple[DecodeConfig, list[str]]:
-    """The decoding settings of a translation: the checkpoint's own (`trained`, those its run
-    was tested with) with what the command line changed taken from `chosen` (the composed
-    config). `overrides`: the command line's overrides, or None when the call came from Python
-    (then `chosen` is used whole). Returns the settings, range-checked, and the keys taken from
-    the command line. The Python API's Translator.settings applies keyword changes the same way.
-    """
-    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides or []]
-    if overrides is None or "decode" in keys:  # from Python, or a whole group (decode=beam)
-        merged, changed = chosen, ([] if overrides is None else ["decode"])
-    else:
-        fields = [k.split(".", 1)[1] for k in keys if k.startswith("decode.")]
-        merged = dataclasses.replace(trained, **{k: getattr(chosen, k) for k in fields})
-        changed = [f"decode.{k}" for k in fields]
-    check_decode(merged)
-    return merged, changed
-
-
-def config_from_dict(values: dict) -> TrainConfig:
+def config_from_dict(values: dict[str, Any]) -> TrainConfig:
     """A TrainConfig from the plain dict stored in a checkpoint (validated like the CLI's).
 
     A checkpoint saved before a setting existed gets the value it was trained with, where that
@@ -473,7 +383,7 @@ def config_from_dict(values: dict) -> TrainConfig:
 POS_SECTIONS = ("pos_encoding", "encoder_pos", "decoder_pos")
 
 
-def upgrade_pos_encoding(values: dict | None) -> dict | None:
+def upgrade_pos_encoding(values: dict[str, Any] | None) -> dict[str, Any] | None:
     """A stored positional-encoding section from before `share_layers`: Shaw's tables were then
     shared by the layers of a stack, which the checkpoint's weights hold."""
     if not isinstance(values, dict) or "share_layers" in values:

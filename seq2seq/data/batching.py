@@ -65,9 +65,9 @@ def collate(index: Sequence[int], src: Sequence[list[int]], tgt: Sequence[list[i
     """Build a `Batch` from the examples `index` of the full lists `src`/`tgt`."""
     if not index:
         raise ValueError("collate: empty batch")
-    src_rows = [list(src[i]) + [EOS_ID] for i in index]
-    tgt_in = [[BOS_ID] + list(tgt[i]) for i in index]
-    tgt_out = [list(tgt[i]) + [EOS_ID] for i in index]
+    src_rows = [[*src[i], EOS_ID] for i in index]
+    tgt_in = [[BOS_ID, *tgt[i]] for i in index]
+    tgt_out = [[*tgt[i], EOS_ID] for i in index]
     return Batch(
         src=pad(src_rows),
         tgt_in=pad(tgt_in),

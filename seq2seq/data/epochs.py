@@ -85,6 +85,13 @@ class TrainData:
         """Pairs within max_len, over every corpus (each counted once)."""
         return int(sum(int(g[:, 4].sum()) for g in self.groups))
 
+    def longest(self) -> tuple[int, int]:
+        """The longest source and target (tokens, no specials) among the pairs trained on."""
+        kept = [g for g in self.groups if len(g)]
+        if not kept:
+            return 0, 0
+        return max(int(g[:, 2].max()) for g in kept), max(int(g[:, 1].max()) for g in kept)
+
     def over_long(self) -> list[int]:
         """Pairs of each corpus left out for a side over max_len (or a source over max_src_len)."""
         kept = [int(g[:, 4].sum()) for g in self.groups]
@@ -240,7 +247,8 @@ def permute(index: np.ndarray, n: int, seed: tuple[int, ...]) -> np.ndarray:
             f *= np.uint64(0xBF58476D1CE4E5B9)
             f ^= f >> np.uint64(29)
             left, right = right, left ^ (f & mask)
-        return (left << np.uint64(half)) | right
+        joined: np.ndarray = (left << np.uint64(half)) | right
+        return joined
 
     out = rounds(index.astype(np.uint64))
     while (outside := out >= n).any():  # cycle walking: a bijection on range(n)

@@ -364,6 +364,7 @@ def replace_directory(new: Path, out: Path) -> None:
 
 
 def digests(tokenizers: tuple[Tokenizer, Tokenizer]) -> list[str]:
+    """sha256 of each tokenizer as saved (`tokenizer_bytes`), source then target."""
     return [hashlib.sha256(tokenizer_bytes(t)).hexdigest() for t in tokenizers]
 
 

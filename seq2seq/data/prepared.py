@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from seq2seq.data.text import DataError
 from seq2seq.data.tokenizer import Tokenizer, load_tokenizer
@@ -121,8 +122,13 @@ class CorpusArrays:
         src_lens = np.array([len(s) for s in src], dtype=np.int64)
         tgt_lens = np.array([len(t) for t in tgt], dtype=np.int64)
         order, groups = index_arrays(src_lens, tgt_lens)
-        flat = lambda rows: np.array([i for r in rows for i in r], dtype=np.int64)  # noqa: E731
-        offsets = lambda lens: np.concatenate([[0], np.cumsum(lens)])  # noqa: E731
+
+        def flat(rows: list[list[int]]) -> np.ndarray:
+            return np.array([i for r in rows for i in r], dtype=np.int64)
+
+        def offsets(lens: np.ndarray) -> np.ndarray:
+            return np.concatenate([[0], np.cumsum(lens)])
+
         return cls(flat(src), flat(tgt), offsets(src_lens), offsets(tgt_lens), order, groups)
 
     @classmethod
@@ -141,9 +147,10 @@ class CorpusArrays:
         groups = np.load(folder / "groups.npy")
         if groups.shape != (info["groups"], GROUP_COLUMNS) or int(groups[:, 4].sum()) != pairs:
             raise DataError(damaged(folder / "groups.npy", "its groups do not match"))
-        memmap = lambda name, dt: (  # noqa: E731
-            np.memmap(folder / name, dtype=dt, mode="r") if sizes[name] else np.zeros(0, dt)
-        )
+
+        def memmap(name: str, dt: DTypeLike) -> np.ndarray:
+            return np.memmap(folder / name, dtype=dt, mode="r") if sizes[name] else np.zeros(0, dt)
+
         return cls(
             memmap("src.ids", dtype),
             memmap("tgt.ids", dtype),
@@ -164,6 +171,7 @@ def check_size(path: Path, size: int) -> None:
 
 
 def damaged(path: Path, what: str) -> str:
+    """The message for a damaged prepared corpus: `path`, what is wrong, the fix."""
     return (
         f"{path}: the prepared corpus is damaged ({what}). fix: prepare it again with "
         f"seq2seq-prepare (or delete the folder: a cached one is prepared again on first use)"
@@ -205,6 +213,7 @@ class Prepared:
 
 
 def hashes(entry: dict[str, Any]) -> list[str]:
+    """The sha256 of each source file of a manifest's split `entry`."""
     return [source["sha256"] for source in entry["sources"]]
 
 
@@ -219,7 +228,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
             f"or leave data.prepared unset to prepare on first use"
         )
     try:
-        manifest = json.loads(file.read_text(encoding="utf-8"))
+        manifest: dict[str, Any] = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise DataError(damaged(file, f"unreadable manifest: {err}")) from None
     if manifest.get("format") != FORMAT:

@@ -9,6 +9,7 @@ code for one model or several, and a single model does not go through it at all.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 
 import torch
@@ -66,7 +67,7 @@ class Ensemble(nn.Module):
         if cache is None:
             return [None] * len(self.models)
         bounds = torch.tensor([0, *self.depths]).cumsum(0).tolist()
-        return [cache[a:b] for a, b in zip(bounds, bounds[1:])]
+        return [cache[a:b] for a, b in pairwise(bounds)]
 
     def new_cache(self, capacity: int = 0) -> list[LayerCache]:
         """The models' per-layer caches, one list (first model's layers first)."""

@@ -28,6 +28,8 @@ NEG_INF = float("-inf")
 
 @dataclass
 class Hypothesis:
+    """One output of a search: its token ids and its score."""
+
     tokens: list[int]  # output ids, without BOS and EOS
     score: float  # length-normalized log-probability (greedy: raw log-probability)
 
@@ -323,7 +325,7 @@ def decode_batch(
 
 def pad_sources(seqs: list[list[int]], max_len: int, device: torch.device) -> Tensor:
     """Sources as a (B, S) tensor: each truncated to max_len tokens, then EOS, then padding."""
-    rows = [torch.tensor(s[:max_len] + [EOS_ID]) for s in seqs]
+    rows = [torch.tensor([*s[:max_len], EOS_ID]) for s in seqs]
     return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=PAD_ID).to(device)
 
 

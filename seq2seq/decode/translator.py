@@ -27,13 +27,8 @@ from typing import Any
 from torch import Tensor
 
 from seq2seq import kernels
-from seq2seq.config.schema import (
-    DecodeConfig,
-    LengthPenaltyKind,
-    SearchKind,
-    TrainConfig,
-    check_decode,
-)
+from seq2seq.config.checks import check_decode
+from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, SearchKind, TrainConfig
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.alignment import check_layer, hard_alignment, translation_attention
 from seq2seq.decode.ensemble import SearchModel

@@ -97,6 +97,13 @@ def bucket_scores(hyps: list[str], refs: list[str]) -> tuple[float, float]:
     return round(bleu, 2), round(BUCKET_CHRF.corpus_score(hyps, [refs]).score, 2)
 
 
+def length_ratio(hyps: list[str], refs: list[str]) -> float:
+    """Total hypothesis length over total reference length (sacreBLEU's tokens; BLEU's brevity
+    penalty reads the same ratio), to 3 decimals."""
+    stats = BUCKET_BLEU.corpus_score(hyps, [refs])
+    return round(float(stats.sys_len) / max(float(stats.ref_len), 1.0), 3)
+
+
 def scores_by_length(
     srcs: list[str], hyps: list[str], refs: list[str], by: str
 ) -> list[dict[str, object]]:
@@ -147,21 +154,29 @@ def length_generalization(
 ) -> dict[str, object]:
     """Scores of a model trained on sources of at most `max_src_len` tokens, on test sentences
     of every length: {"all", "long": sources over the cap, "buckets": by source tokens}, each
-    {n, bleu, chrf} (bucket BLEU and chrF: effective order, as scores_by_length)."""
+    {n, bleu, chrf, len_ratio} (bucket BLEU and chrF: effective order, as scores_by_length;
+    len_ratio: hypothesis / reference length, BLEU's tokens, which tells a model that stops
+    early on long sources from one that rambles)."""
     buckets = token_buckets(max_src_len)
     groups: dict[str, list[int]] = {}
     for i, n in enumerate(src_lens):
         groups.setdefault(token_bucket(n, buckets), []).append(i)
 
     def cell(idx: list[int]) -> dict[str, object]:
-        bleu, chrf = bucket_scores([hyps[i] for i in idx], [refs[i] for i in idx])
-        return {"n": len(idx), "bleu": bleu, "chrf": chrf}
+        sub_hyps, sub_refs = [hyps[i] for i in idx], [refs[i] for i in idx]
+        bleu, chrf = bucket_scores(sub_hyps, sub_refs)
+        return {
+            "n": len(idx),
+            "bleu": bleu,
+            "chrf": chrf,
+            "len_ratio": length_ratio(sub_hyps, sub_refs),
+        }
 
     long = [i for i, n in enumerate(src_lens) if n > max_src_len]
     return {
         "max_src_len": max_src_len,
         "unit": "source tokens (the run's tokenizer, EOS not counted)",
         "all": cell(list(range(len(hyps)))),
-        "long": cell(long) if long else {"n": 0, "bleu": None, "chrf": None},
+        "long": cell(long) if long else {"n": 0, "bleu": None, "chrf": None, "len_ratio": None},
         "buckets": {b: cell(groups[b]) for b in sorted(groups, key=bucket_key)},
     }

@@ -26,18 +26,10 @@ from torch import Tensor, nn
 
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer
 from seq2seq.errors import UserError
+from seq2seq.model.absolute import Learned, Rotary, Sinusoidal, sinusoid_table
 from seq2seq.model.layers import MultiHeadAttention
-from seq2seq.model.positional import (
-    ALiBi,
-    Learned,
-    PerLayer,
-    PositionalEncoding,
-    Rotary,
-    ShawRelative,
-    Sinusoidal,
-    T5Bias,
-    sinusoid_table,
-)
+from seq2seq.model.positional import PerLayer, PositionalEncoding
+from seq2seq.model.relative import ALiBi, ShawRelative, T5Bias
 from seq2seq.model.transformer import EncoderDecoder
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which our layers use

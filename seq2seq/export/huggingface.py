@@ -19,7 +19,7 @@ import torch
 from seq2seq.config.schema import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SentencePieceTokenizer, Tokenizer
 from seq2seq.export.ctranslate2 import ExportError, vocabulary
-from seq2seq.model.positional import Sinusoidal
+from seq2seq.model.absolute import Sinusoidal
 from seq2seq.model.transformer import EncoderDecoder
 
 if TYPE_CHECKING:
@@ -126,7 +126,9 @@ def load_into(marian: MarianMTModel, model: EncoderDecoder) -> None:
         raise RuntimeError("Marian conversion: the output layer does not hold our output weights")
 
 
-def _attention(sd: dict, ours: str, theirs: str, p: torch.Tensor) -> dict[str, torch.Tensor]:
+def _attention(
+    sd: dict[str, torch.Tensor], ours: str, theirs: str, p: torch.Tensor
+) -> dict[str, torch.Tensor]:
     d = p.numel()
     kv_w, kv_b = sd[f"{ours}.kv_proj.weight"], sd[f"{ours}.kv_proj.bias"]  # (2D, D), (2D,)
     return {
@@ -141,7 +143,9 @@ def _attention(sd: dict, ours: str, theirs: str, p: torch.Tensor) -> dict[str, t
     }
 
 
-def _layer_state(sd: dict, side: str, i: int, p: torch.Tensor) -> dict[str, torch.Tensor]:
+def _layer_state(
+    sd: dict[str, torch.Tensor], side: str, i: int, p: torch.Tensor
+) -> dict[str, torch.Tensor]:
     ours, theirs = f"{side}.{i}", f"model.{side}.layers.{i}"
     blocks = [("self_attn", "res_attn" if side == "encoder" else "res_self", "self_attn")]
     if side == "decoder":
@@ -169,7 +173,7 @@ def to_marian(model: EncoderDecoder, max_positions: int) -> MarianMTModel:
     from transformers import MarianMTModel
 
     vocab = (model.src_embed.num_embeddings, model.tgt_embed.num_embeddings)
-    marian = MarianMTModel(marian_config(model.cfg, vocab, max_positions)).eval()
+    marian: MarianMTModel = MarianMTModel(marian_config(model.cfg, vocab, max_positions)).eval()
     load_into(marian, model)
     generation = marian.generation_config
     generation.bad_words_ids = [[PAD_ID], [BOS_ID]]  # our searches never output them

@@ -54,6 +54,7 @@ class CTranslate2Model:
         self.tgt_vocab = tgt_vocab
 
     def greedy(self, src: list[list[int]], limit: int) -> list[list[int]]:
+        """Greedy outputs (no BOS/EOS) of sources (no EOS), at most `limit` tokens each."""
         results = self.translator.translate_batch(
             [[self.src_vocab[i] for i in s] for s in src],
             beam_size=1,
@@ -64,6 +65,7 @@ class CTranslate2Model:
         return [[self.tgt_index[t] for t in r.hypotheses[0]] for r in results]
 
     def logprobs(self, src: list[list[int]], tgt: list[list[int]]) -> list[list[float]]:
+        """Teacher-forced log-probabilities of each target token and its EOS."""
         results = self.translator.score_batch(
             [[self.src_vocab[i] for i in s] for s in src],
             [[self.tgt_vocab[i] for i in t] for t in tgt],
@@ -81,6 +83,7 @@ class MarianModel:
 
     @torch.inference_mode()
     def greedy(self, src: list[list[int]], limit: int) -> list[list[int]]:
+        """Greedy outputs (no BOS/EOS) of sources (no EOS), at most `limit` tokens each."""
         ids = pad_sources(src, 10**9, torch.device("cpu"))  # (B, S)
         out = self.model.generate(
             input_ids=ids,
@@ -94,6 +97,7 @@ class MarianModel:
 
     @torch.inference_mode()
     def logprobs(self, src: list[list[int]], tgt: list[list[int]]) -> list[list[float]]:
+        """Teacher-forced log-probabilities of each target token and its EOS."""
         ids, tgt_in = teacher_forced(src, tgt, torch.device("cpu"))
         logits = self.model(
             input_ids=ids, attention_mask=ids.ne(PAD_ID), decoder_input_ids=tgt_in
@@ -192,6 +196,7 @@ def self_check(t: Translator, engine: Exported, split: str, n: int) -> CheckResu
 
 
 def report(check: CheckResult, cfg: ExportConfig) -> None:
+    """Log the check; an ExportError when a float32 export does not compute our model."""
     log.info(
         "check on the first %d sentences of %s: %d/%d greedy outputs identical to ours; "
         "BLEU ours %.2f, exported %.2f (difference %+.2f); reference log-probabilities differ "

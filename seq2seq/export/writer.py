@@ -59,6 +59,7 @@ def write_folder(t: Translator, cfg: ExportConfig, out: Path) -> None:
 
 
 def load_exported(t: Translator, cfg: ExportConfig, out: Path) -> Exported:
+    """The export in `out`, loaded back for the self-check."""
     if cfg.format == ExportFormat.huggingface:
         return MarianModel(out)
     from seq2seq.export.ctranslate2 import vocabulary
@@ -67,6 +68,7 @@ def load_exported(t: Translator, cfg: ExportConfig, out: Path) -> Exported:
 
 
 def manifest(cfg: ExportConfig, t: Translator, check: CheckResult | None) -> dict[str, Any]:
+    """The export's record: source checkpoint, format, settings and the check."""
     from seq2seq.data.prepared import sha256_file
 
     return {

@@ -50,6 +50,7 @@ def set_mode(mode: str) -> None:
 
 
 def get_mode() -> str:
+    """The kernels mode in use: "auto" or "reference"."""
     return _mode
 
 

@@ -123,7 +123,11 @@ def linear_label_smoothed_nll(
     weights (V, D) and targets (N,) without padding, computed `chunk` rows at a time: on a CPU
     the (N, V) logits' passes over memory would dominate the time. Only the loss carries a
     gradient."""
-    return _LinearSmoothedNLL.apply(hidden, weight, target, eps, chunk)
+    # torch's Function.apply has no annotations
+    losses: tuple[Tensor, Tensor] = _LinearSmoothedNLL.apply(  # type: ignore[no-untyped-call]
+        hidden, weight, target, eps, chunk
+    )
+    return losses
 
 
 def smoothed_grad(probs: Tensor, target: Tensor, eps: float) -> Tensor:

@@ -24,6 +24,7 @@ may write without bumping it (fused AdamW does), drops the stepped weights' pack
 from __future__ import annotations
 
 import os
+from collections.abc import MutableMapping
 from typing import Any
 
 import torch
@@ -40,7 +41,7 @@ ENABLED = torch.backends.mkldnn.is_available() and all(
 )
 _ACTIVATION = {False: "none", True: "relu"}  # fused after the matmul
 # weight -> ((data pointer, version), its copy in oneDNN's blocked layout)
-_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_PACKED: MutableMapping[Tensor, tuple[tuple[int, int], Tensor]] = WeakIdKeyDictionary()
 _STEP_HOOK: list[RemovableHandle] = []  # the optimizer hook, once installed
 
 
@@ -70,7 +71,8 @@ def usable(*tensors: Tensor) -> bool:
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, relu: bool = False) -> Tensor:
     """x @ weight.T (+ bias, then ReLU) on oneDNN; x (..., K), weight (N, K), each row-major or
     transposed (x is then copied)."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, _ACTIVATION[relu], [], "")
+    out: Tensor = torch.ops.mkldnn._linear_pointwise(x, weight, bias, _ACTIVATION[relu], [], "")
+    return out
 
 
 def matmul_t(a: Tensor, b: Tensor) -> Tensor:
@@ -94,7 +96,8 @@ def pack(weight: Tensor) -> Tensor:
     """`weight` (N, K) reordered into oneDNN's blocked layout, for `matmul_t` and `_linear`:
     the products then run faster. Counting the reorder, packing a weight for one training step
     pays only when N > K."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+    packed: Tensor = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+    return packed
 
 
 def weight_grad_zeros(n: int, k: int, operand: Tensor) -> Tensor:
@@ -163,6 +166,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -
     checks `usable(x, weight)`. With gradients, all three products of `_Linear`; without
     (decoding), the weight in oneDNN's blocked layout, kept until it changes."""
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return _Linear.apply(x, weight, bias, relu)
+        # torch's Function.apply has no annotations
+        out: Tensor = _Linear.apply(x, weight, bias, relu)  # type: ignore[no-untyped-call]
+        return out
     packed = weight if weight.is_inference() else _packed(weight)  # no version to follow
     return _linear(x, packed, bias, relu)

@@ -21,6 +21,7 @@ class Linear(nn.Linear):
     and state-dict keys)."""
 
     def forward(self, x: Tensor, relu: bool = False) -> Tensor:
+        """x (..., in) @ weight.T + bias, then a ReLU if asked: (..., out)."""
         return kernels.linear(x, self.weight, self.bias, relu)
 
 
@@ -137,7 +138,8 @@ class MultiHeadAttention(nn.Module):
             k, v = kv
         out = self.attend(q, k, v, key_mask, offset)  # (B, H, Tq, Dh)
         b, _, t, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))  # (B, Tq, D)
+        projected: Tensor = self.out_proj(out.transpose(1, 2).reshape(b, t, -1))  # (B, Tq, D)
+        return projected
 
     def weights(
         self, x: Tensor, kv: tuple[Tensor, Tensor], key_mask: Tensor | None = None
@@ -154,7 +156,8 @@ class MultiHeadAttention(nn.Module):
         mask = kernels.attention_mask(key_mask, self.causal, q.size(-2), k.size(-2), q.device)
         if mask is not None:
             logits = logits.masked_fill(~mask, float("-inf"))
-        return logits.softmax(-1, dtype=torch.float32)  # (B, H, Tq, Tk)
+        weights: Tensor = logits.softmax(-1, dtype=torch.float32)  # (B, H, Tq, Tk)
+        return weights
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, offset: int
@@ -177,8 +180,10 @@ class FeedForward(nn.Module):
         self.dropout = dropout
 
     def forward(self, x: Tensor) -> Tensor:
+        """down(dropout(relu(up(x)))) for x (B, T, D): (B, T, D)."""
         hidden = kernels.dropout(self.up(x, relu=True), self.dropout, self.training)  # (B, T, F)
-        return self.down(hidden)  # (B, T, D)
+        out: Tensor = self.down(hidden)  # (B, T, D)
+        return out
 
 
 class Residual(nn.Module):
@@ -194,11 +199,13 @@ class Residual(nn.Module):
         self.dropout, self.norm_first = dropout, norm_first
 
     def forward(self, x: Tensor, sublayer: nn.Module, *args: object, **kwargs: object) -> Tensor:
+        """`sublayer(x, *args, **kwargs)` for x (B, T, D) in its residual block."""
         if self.norm_first:
             out = sublayer(self.norm(x), *args, **kwargs)  # (B, T, D)
             return x + kernels.dropout(out, self.dropout, self.training)
         out = sublayer(x, *args, **kwargs)  # (B, T, D)
-        return self.norm(x + kernels.dropout(out, self.dropout, self.training))
+        normed: Tensor = self.norm(x + kernels.dropout(out, self.dropout, self.training))
+        return normed
 
 
 @dataclass
@@ -227,8 +234,10 @@ class EncoderLayer(nn.Module):
         self.res_ffn = Residual(spec.d_model, spec.dropout, spec.norm_first)
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        """x (B, S, D) -> (B, S, D); src_mask (B, S) is True at real tokens."""
         x = self.res_attn(x, self.self_attn, key_mask=src_mask)  # (B, S, D)
-        return self.res_ffn(x, self.ffn)  # (B, S, D)
+        out: Tensor = self.res_ffn(x, self.ffn)  # (B, S, D)
+        return out
 
 
 class DecoderLayer(nn.Module):
@@ -263,13 +272,15 @@ class DecoderLayer(nn.Module):
             kv = (cache.cross_k, cache.cross_v)
             x = self.res_self(x, self._cached_self_attention, cache)
         x = self.res_cross(x, self._cross_attention, kv, src_mask)
-        return self.res_ffn(x, self.ffn)  # (N, T, D)
+        out: Tensor = self.res_ffn(x, self.ffn)  # (N, T, D)
+        return out
 
     def _cached_self_attention(self, x: Tensor, cache: LayerCache) -> Tensor:
         attn, offset = self.self_attn, cache.length
         k, v = attn.project_kv(x)  # (N, H, t, Dh) for the new tokens
         k, v = cache.append(attn.pos.rotate(k, offset), v)  # (N, H, offset + t, Dh)
-        return attn(x, (k, v), None, offset)  # (N, t, D)
+        out: Tensor = attn(x, (k, v), None, offset)  # (N, t, D)
+        return out
 
     def _cross_attention(self, x: Tensor, kv: tuple[Tensor, Tensor], src_mask: Tensor) -> Tensor:
         """Rows of x (N, T, D) are G = N / B hypotheses per sentence, sentence-major (beam
@@ -279,5 +290,5 @@ class DecoderLayer(nn.Module):
         b = kv[0].size(0)
         if n % b:
             raise ValueError(f"{n} decoder rows do not split into hypotheses of {b} sentences")
-        out = self.cross_attn(x.reshape(b, (n // b) * t, d), kv, src_mask)  # (B, G*T, D)
+        out: Tensor = self.cross_attn(x.reshape(b, (n // b) * t, d), kv, src_mask)  # (B, G*T, D)
         return out.view(n, t, d)

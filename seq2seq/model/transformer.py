@@ -8,14 +8,17 @@ inputs start with BOS (teacher forcing: BOS + target, labels: target + EOS).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from torch import Tensor, nn
 
 from seq2seq import kernels
 from seq2seq.config.schema import ModelConfig, PosEncodingConfig, TrainConfig
 from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.model.absolute import Learned, Rotary, Sinusoidal
 from seq2seq.model.layers import DecoderLayer, EncoderLayer, LayerCache, LayerSpec, Linear
-from seq2seq.model.positional import PositionalEncoding, build_positional
+from seq2seq.model.positional import PerLayer, PositionalEncoding
+from seq2seq.model.relative import ALiBi, Fire, Kerple, ShawRelative, T5Bias
 
 
 class EncoderDecoder(nn.Module):
@@ -113,7 +116,8 @@ class EncoderDecoder(nn.Module):
         x = self._embed(tgt_in, self.tgt_embed, self.dec_pos, offset)  # (N, T, D)
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, src_mask, None if cache is None else cache[i])
-        return self.dec_norm(x)  # (N, T, D)
+        states: Tensor = self.dec_norm(x)  # (N, T, D)
+        return states
 
     def decode(
         self,
@@ -123,7 +127,8 @@ class EncoderDecoder(nn.Module):
         cache: list[LayerCache] | None = None,
     ) -> Tensor:
         """Decoder inputs (N, T) -> logits (N, T, V): `decode_states` through the output layer."""
-        return self.out(self.decode_states(tgt_in, memory, src_mask, cache))  # (N, T, V)
+        logits: Tensor = self.out(self.decode_states(tgt_in, memory, src_mask, cache))  # (N, T, V)
+        return logits
 
     def new_cache(self, capacity: int = 0) -> list[LayerCache]:
         """Empty per-layer key/value caches for incremental decoding, with room for `capacity`
@@ -165,3 +170,41 @@ def build_model(cfg: TrainConfig, src_vocab: int, tgt_vocab: int) -> EncoderDeco
     enc_pos = build_positional(enc_cfg, m.d_model, m.n_heads, False, m.enc_layers)
     dec_pos = build_positional(dec_cfg, m.d_model, m.n_heads, True, m.dec_layers)
     return EncoderDecoder(m, src_vocab, tgt_vocab, enc_pos, dec_pos)
+
+
+Builder = Callable[[PosEncodingConfig, int, int, bool], PositionalEncoding]
+
+
+# kind -> builder(cfg, d_model, n_heads, causal)
+BUILDERS: dict[str, Builder] = {
+    "none": lambda c, d, h, causal: PositionalEncoding(),
+    "sinusoidal": lambda c, d, h, causal: Sinusoidal(d, c.max_len),
+    "learned": lambda c, d, h, causal: Learned(d, c.max_len),
+    "rope": lambda c, d, h, causal: Rotary(d // h, c.rope_base),
+    "alibi": lambda c, d, h, causal: ALiBi(h, directional=c.alibi_directional and not causal),
+    "t5_bias": lambda c, d, h, causal: T5Bias(
+        h, causal, c.num_buckets, c.max_distance, 0.0 if c.t5_zero_init else d**-0.5
+    ),
+    "relative": lambda c, d, h, causal: ShawRelative(d // h, c.clip),
+    "kerple": lambda c, d, h, causal: Kerple(h, causal),
+    "fire": lambda c, d, h, causal: Fire(h, c.fire_threshold),
+}
+
+
+# kinds with parameters in attention: one set per layer unless pos_encoding.share_layers says
+# otherwise (the value here is each paper's choice: True = shared by the stack)
+SHARED_BY_DEFAULT = {"relative": False, "t5_bias": True, "kerple": False, "fire": False}
+
+
+def build_positional(
+    cfg: PosEncodingConfig, d_model: int, n_heads: int, causal: bool, n_layers: int = 1
+) -> PositionalEncoding:
+    """The encoding named by `cfg.kind`, for a stack of n_layers layers of width d_model with
+    n_heads heads: one instance for the stack, or `PerLayer` ones (see SHARED_BY_DEFAULT)."""
+    kind = getattr(cfg.kind, "value", cfg.kind)
+    if kind not in BUILDERS:
+        raise ValueError(f"unknown pos_encoding.kind {kind!r}; choose one of {sorted(BUILDERS)}")
+    shared = SHARED_BY_DEFAULT.get(kind, True) if cfg.share_layers is None else cfg.share_layers
+    if shared or kind not in SHARED_BY_DEFAULT or n_layers == 1:
+        return BUILDERS[kind](cfg, d_model, n_heads, causal)
+    return PerLayer([BUILDERS[kind](cfg, d_model, n_heads, causal) for _ in range(n_layers)])

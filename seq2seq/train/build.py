@@ -60,9 +60,11 @@ def build_optimizer(
     )
     warmup = max(1, cfg.warmup_steps)
 
-    def inverse_sqrt(step: int) -> float:  # Vaswani et al. 2017, eq. 3, peak = cfg.lr
-        step = max(step, 1)
-        return min(step / warmup, (warmup / step) ** 0.5)
+    def inverse_sqrt(taken: int) -> float:  # Vaswani et al. 2017, eq. 3, peak = cfg.lr
+        # LambdaLR passes the steps taken so far; eq. 3's step_num is the step about to be
+        # taken (1-based): the first step gets lr / warmup, step `warmup` the peak
+        step = taken + 1
+        return min(step / warmup, float((warmup / step) ** 0.5))
 
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt)
 

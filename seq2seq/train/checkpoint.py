@@ -87,7 +87,7 @@ def load_checkpoint(path: Path | str, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"{path}: no such checkpoint; pass the best.pt or last.pt of a run")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - torch raises many types for bad files
+    except Exception as err:  # torch raises many types for bad files
         raise CheckpointError(
             f"{path}: cannot be loaded safely ({type(err).__name__}: {_detail(err)}). It is "
             "truncated, corrupt, or holds pickled objects other than tensors and plain values "

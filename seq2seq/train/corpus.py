@@ -13,7 +13,12 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from seq2seq.config.schema import DataConfig, TokenizerConfig, TrainConfig, resolve_path
+from seq2seq.config.schema import (
+    DataConfig,
+    TokenizerConfig,
+    TrainConfig,
+    resolve_path,
+)
 from seq2seq.data.epochs import TrainData
 from seq2seq.data.prepare import cached_prepare, digests, split_files
 from seq2seq.data.prepared import CorpusArrays, Prepared, open_prepared
@@ -39,6 +44,7 @@ class Corpus:
 def encode_split(
     name: str, pairs: list[tuple[str, str]], src_tok: Tokenizer, tgt_tok: Tokenizer
 ) -> Split:
+    """Split `name` of text pairs, each side encoded with its tokenizer."""
     src_text, tgt_text = [p[0] for p in pairs], [p[1] for p in pairs]
     src_ids, tgt_ids = src_tok.encode_batch(src_text), tgt_tok.encode_batch(tgt_text)
     return Split(name, src_text, tgt_text, src_ids, tgt_ids)
@@ -65,6 +71,33 @@ def load_corpus(cfg: TrainConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
         files = prepared.eval_files(name) or eval_source(data, name)
         evals[name] = encode_split(name, read_parallel(*files), *toks)
     return Corpus(toks, train, evals, prepared.fingerprint(data.train, data.valid))
+
+
+def within_cap(split: Split, cap: int) -> Split:
+    """The pairs of `split` whose source has at most `cap` tokens (all when cap is 0): a length
+    experiment chooses its best checkpoint on sentences as short as those it trained on."""
+    if not cap:
+        return split
+    keep = [i for i, ids in enumerate(split.src_ids) if len(ids) <= cap]
+    log.info(
+        "%s: %d of %d pairs within the cap of %d source tokens",
+        split.name,
+        len(keep),
+        len(split),
+        cap,
+    )
+    if not keep:
+        raise DataError(
+            f"{split.name}: no pair has a source of at most {cap} tokens: raise "
+            "data.train_max_src_len (or data.length_cap)"
+        )
+    return Split(
+        split.name,
+        [split.src_text[i] for i in keep],
+        [split.tgt_text[i] for i in keep],
+        [split.src_ids[i] for i in keep],
+        [split.tgt_ids[i] for i in keep],
+    )
 
 
 def rank0_prepare(
@@ -175,4 +208,5 @@ def dropped_lines(path: Path, limit: int = 5) -> dict[str, list[int]]:
 
 
 def format_lines(lines: list[int], count: int) -> str:
+    """Line numbers for a log line: `lines`, then "..." when `count` is larger."""
     return ", ".join(map(str, lines)) + (", ..." if count > len(lines) else "")

@@ -65,8 +65,9 @@ def cpu_peak_tflops(dtype: torch.dtype, size: int = 1024, repeats: int = 8) -> f
     reaches ~0.2 on AMD CPUs). Constant operands: drawing random ones would move the
     training's random generator."""
     a = b = torch.full((size, size), 0.5, dtype=dtype)
+    kernels.linear(a, b, None)  # the warm-up, untimed
     best = float("inf")
-    for _ in range(repeats + 1):
+    for _ in range(repeats):
         start = time.perf_counter()
         kernels.linear(a, b, None)  # a @ b.T
         best = min(best, time.perf_counter() - start)
@@ -112,6 +113,7 @@ class Throughput:
         self.start = time.monotonic()
 
     def add(self, flops: float, real: float, padded: float) -> None:
+        """Count one step's FLOPs and its real and padded tokens."""
         self.flops, self.real, self.padded = (
             self.flops + flops,
             self.real + real,

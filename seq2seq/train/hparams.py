@@ -84,7 +84,8 @@ def run_metrics(summary: dict[str, Any]) -> dict[str, float]:
 def write_hparams(tb_dir: Path, cfg: TrainConfig, summary: dict[str, Any]) -> None:
     """Add the run's settings and final scores (`summary`, results.json's) to tb_dir."""
     metrics = run_metrics(summary)
-    experiment, start, end = hparams(run_hparams(cfg, summary), metrics)
+    # torch ships no annotations for it
+    experiment, start, end = hparams(run_hparams(cfg, summary), metrics)  # type: ignore[no-untyped-call]
     with SummaryWriter(str(tb_dir)) as writer:
         for proto in (experiment, start, end):
             writer.file_writer.add_summary(proto)

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
 
 
-class TrainingInterrupted(Exception):
+class TrainingInterrupted(Exception):  # noqa: N818 - a requested stop, not an error
     """Training stopped on a signal after saving a checkpoint; `code` is the exit status."""
 
     def __init__(self, signum: int, message: str) -> None:
@@ -43,6 +43,7 @@ class StopSignals:
 
     @property
     def name(self) -> str:
+        """The received signal's name ("SIGTERM", "SIGINT"), or "" before one."""
         return signal.Signals(self.signum).name if self.signum is not None else ""
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:

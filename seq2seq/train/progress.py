@@ -42,5 +42,6 @@ class Progress:
             log.info("step %d/%d: %s", step, self.total, shown)
 
     def close(self) -> None:
+        """Close the bar, when there is one."""
         if self.bar is not None:
             self.bar.close()

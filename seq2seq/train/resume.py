@@ -141,7 +141,7 @@ def check_compatible(saved: dict[str, Any], cfg: TrainConfig, source: Path) -> N
     """Refuse to resume from `source` when the config changed in a way that changes the run."""
     try:
         changes = config_changes(saved, cfg)
-    except Exception as err:  # noqa: BLE001 - OmegaConf raises several types for a bad config
+    except Exception as err:  # OmegaConf raises several types for a bad config
         raise ResumeError(
             f"cannot resume from {source}: its config does not fit this version's schema "
             f"({type(err).__name__}: {str(err).splitlines()[0]}); start a new run"
@@ -185,6 +185,9 @@ def saved_overrides(run_dir: Path) -> list[str]:
 
 def merge_overrides(saved: list[str], extra: list[str]) -> list[str]:
     """`saved` without the keys that `extra` sets again, then `extra`."""
-    key = lambda override: override.split("=", 1)[0].lstrip("+~")  # noqa: E731
+
+    def key(override: str) -> str:
+        return override.split("=", 1)[0].lstrip("+~")
+
     given = {key(o) for o in extra}
     return [o for o in saved if key(o) not in given] + extra

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from seq2seq.config.schema import TrainConfig, check_config
+from seq2seq.config.checks import check_config
+from seq2seq.config.schema import TrainConfig
 from seq2seq.data.prepared import sha256_file
 from seq2seq.errors import UserError
 from seq2seq.kernels import resolve_device
@@ -38,6 +39,7 @@ from seq2seq.train.resume import (
     record_overrides,
 )
 from seq2seq.train.rundir import RunLock, check_free_space, check_writable
+from seq2seq.train.testing import score_checkpoint
 from seq2seq.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -143,7 +145,8 @@ def train(
     for tag, results in (("", summary["test"]), (" averaged", summary.get("test_average", {}))):
         for name, scores in results.items():
             print(f"test BLEU ({name}{tag}): {scores['bleu']:.2f}")
-    return summary["test"]
+    test: dict[str, dict[str, object]] = summary["test"]
+    return test
 
 
 def train_worker(cfg: TrainConfig, run_dir: Path, process: Process) -> dict[str, dict[str, object]]:
@@ -167,15 +170,16 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
     s, start_tokens, fit_start = trainer.state, trainer.state.tokens, time.monotonic()
     trainer.fit()
     fit_seconds = max(time.monotonic() - fit_start, 1e-9)
-    summary: dict[str, Any] = {"test": trainer.test(trainer.ckpt_dir / "best.pt")}
+    test, length = score_checkpoint(trainer, trainer.ckpt_dir / "best.pt")
+    summary: dict[str, Any] = {"test": test}
+    if length is not None:  # a length experiment: every test split by source tokens
+        summary["length"] = length
     if trainer.cfg.trainer.average_last:
         average, sources = average_last(trainer.ckpt_dir, trainer.cfg.trainer.average_last)
-        summary["test_average"] = trainer.test(average, ".average")
+        summary["test_average"], length = score_checkpoint(trainer, average, ".average")
         summary["averaged"] = [p.name for p in sources]
-    if trainer.length_scores:  # data.train_max_src_len: every test split by source tokens
-        summary["length"] = trainer.length_scores.get("")
-        if ".average" in trainer.length_scores:
-            summary["length_average"] = trainer.length_scores[".average"]
+        if length is not None:
+            summary["length_average"] = length
     return {
         **summary,
         "best_valid_bleu": s.best_valid.get("bleu"),  # of best.pt's validation
@@ -184,6 +188,7 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
         "skipped_steps": s.skipped_steps,
         "train_minutes": fit_seconds / 60,
         "params": trainer.model.num_params(),
+        "untrained_positions": trainer.untrained,
         "precision": trainer.precision.value,
         "precision_s_per_step": trainer.precision_times,
         "train_tokens_per_s": (s.tokens - start_tokens) / fit_seconds,

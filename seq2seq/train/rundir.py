@@ -41,7 +41,7 @@ class RunLock:
     def __enter__(self) -> RunLock:
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until __exit__
+            handle = open(self.path, "a+", encoding="utf-8")  # held until __exit__
         except OSError as err:
             raise RunDirError(f"{self.run_dir}: cannot create the run directory ({err})") from err
         try:
@@ -93,7 +93,10 @@ def check_free_space(folder: Path, checkpoint_bytes: int, keep: int) -> None:
     """Refuse to start when `folder` cannot hold two checkpoints (the one being written and the
     previous one); warn when it cannot hold the `keep` checkpoints a run accumulates."""
     free = shutil.disk_usage(folder).free
-    mib = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
+
+    def mib(n: int) -> str:
+        return f"{n / 2**20:.1f} MiB"
+
     if free < 2 * checkpoint_bytes:
         raise RunDirError(
             f"{folder}: only {mib(free)} free, but a checkpoint takes about "

@@ -63,6 +63,7 @@ class StepLog:
         self.records += 1
 
     def close(self) -> None:
+        """Close the file."""
         self._file.close()
 
 

@@ -31,23 +31,20 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 
-from seq2seq.config.schema import Precision, TrainConfig
+from seq2seq.config.schema import Precision, TrainConfig, length_cap
 from seq2seq.data.batching import Batch
 from seq2seq.data.epochs import BatchRef
-from seq2seq.decode.search import translate_ids
 from seq2seq.errors import UserError
-from seq2seq.evaluation.scoring import format_scores, length_generalization, score
 from seq2seq.model.transformer import EncoderDecoder
 from seq2seq.train.checkpoint import (
     TrainState,
-    load_checkpoint,
     load_model_state,
     restore_rng,
     rng_state,
     rotate_checkpoints,
     save_checkpoint,
 )
-from seq2seq.train.corpus import Corpus
+from seq2seq.train.corpus import Corpus, within_cap
 from seq2seq.train.distributed import DistInfo, NullWriter, all_reduce_sum, broadcast, shard
 from seq2seq.train.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.train.interrupt import StopSignals, TrainingInterrupted
@@ -100,6 +97,8 @@ class Trainer:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.src_tok, self.tgt_tok = data.tokenizers
         self.splits, self.train_data = data.evals, data.train
+        # validation (and best.pt) within a length experiment's cap; the test splits stay whole
+        self.valid_split = within_cap(self.splits[cfg.data.valid], length_cap(cfg.data))
         self.fingerprint = data.fingerprint
         self.dist, self.device = dist or DistInfo(), next(model.parameters()).device
         self.scaler = torch.amp.GradScaler(enabled=t.precision == Precision.fp16)
@@ -108,7 +107,6 @@ class Trainer:
         self.ckpt_dir = run_dir / "checkpoints"
         self.saved: tuple[Path, int] | None = None  # the newest checkpoint written, and its step
         self._batches: tuple[int, list[BatchRef]] = (-1, [])
-        self.length_scores: dict[str, dict[str, object]] = {}  # test()'s, by tag (trained short)
         if resume is not None:
             self.restore(*resume)  # last: it sets the random generators
         self.wrap_model()
@@ -127,6 +125,20 @@ class Trainer:
             self.device,
             self.precision.value,
         )
+        self.untrained = self.untrained_positions()
+        for side, note in self.untrained.items():
+            log.warning("%s positions: %s", side, note)
+
+    def untrained_positions(self) -> dict[str, str]:
+        """What the positional encodings cannot learn from this run's training pairs, by side:
+        the encoder sees positions up to the longest source + EOS, the decoder up to BOS + the
+        longest target (results.json keeps it: a comparison must know an untrained table)."""
+        src, tgt = self.train_data.longest()
+        notes = {
+            "encoder": self.model.enc_pos.untrained(src + 1),
+            "decoder": self.model.dec_pos.untrained(tgt + 1),
+        }
+        return {side: note for side, note in notes.items() if note is not None}
 
     def open_meters(self) -> None:
         """The FLOP counter and throughput meter (MFU against the precision's peak), and, on
@@ -159,7 +171,8 @@ class Trainer:
         """Under DDP, gradients are all-reduced only on the last backward of a step."""
         if last or not self.dist.enabled:
             return contextlib.nullcontext()
-        return self.ddp.no_sync()  # type: ignore[operator]
+        # self.ddp is DistributedDataParallel here, whose no_sync has no annotations
+        return self.ddp.no_sync()  # type: ignore[operator, no-any-return]
 
     def step_counts(self, group: list[Batch]) -> dict[str, float]:
         """All ranks' target tokens, model FLOPs, and real and padded (src+tgt) tokens of a step."""
@@ -242,9 +255,10 @@ class Trainer:
     def batch_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """Summed label-smoothed loss and NLL of one batch (teacher forcing)."""
         with self.autocast():
-            return self.forward(  # (the DDP-wrapped or compiled model's forward)
+            losses: tuple[Tensor, Tensor] = self.forward(  # the DDP-wrapped or compiled model
                 batch.src, batch.tgt_in, batch.tgt_out, self.cfg.trainer.label_smoothing
             )
+            return losses
 
     def train_step(self, group: list[Batch]) -> dict[str, float] | None:
         """One optimizer step over `group` (gradient accumulation); returns loss statistics,
@@ -353,11 +367,7 @@ class Trainer:
         t, s = self.cfg.trainer, self.state
         started, window = time.monotonic(), Window()
         progress = Progress(t.max_steps, s.step, t.progress and self.dist.is_main)
-        if s.step == 0 and t.init_from and self.dist.is_main:  # where fine-tuning starts
-            m = self.validate()
-            log.info("step 0 (the weights of %s): valid %s", t.init_from, format_valid(m))
-            for name, value in m.items():
-                self.writer.add_scalar(f"valid/{name}", value, 0)
+        self._validate_init_from()
         with StopSignals() as stop:
             # rank 0 decides (its clock, its signals), so that every rank stops at the same step
             while (reason := broadcast(self.stop_reason(stop, started))) is None:
@@ -389,7 +399,18 @@ class Trainer:
         if s.valid_step != s.step:
             self.validate_and_save()
 
+    def _validate_init_from(self) -> None:
+        """Where fine-tuning starts (step 0 of a run with trainer.init_from): validate and log
+        the loaded weights, on rank 0."""
+        t, s = self.cfg.trainer, self.state
+        if s.step == 0 and t.init_from and self.dist.is_main:
+            m = self.validate()
+            log.info("step 0 (the weights of %s): valid %s", t.init_from, format_valid(m))
+            for name, value in m.items():
+                self.writer.add_scalar(f"valid/{name}", value, 0)
+
     def interrupted_message(self, signal_name: str) -> str:
+        """TrainingInterrupted's message: the step, the checkpoint, how to resume."""
         return (
             f"{signal_name}: stopped at step {self.state.step} after saving "
             f"{self.ckpt_dir / 'last.pt'}; resume with `make resume RUN={self.run_dir}` (or the "
@@ -403,7 +424,7 @@ class Trainer:
         """Teacher-forced loss and perplexity, and BLEU, chrF and TER of greedy translations,
         on valid."""
         cfg = self.cfg
-        return validate(self.model, self.splits[cfg.data.valid], self.tgt_tok, cfg, self.autocast)
+        return validate(self.model, self.valid_split, self.tgt_tok, cfg, self.autocast)
 
     def validate_and_save(self) -> None:
         """Validate, update the best score (trainer.best_metric) and early-stopping counters,
@@ -471,35 +492,8 @@ class Trainer:
         save_checkpoint(state, self.ckpt_dir / "last.pt")
         self.saved = (self.ckpt_dir / "last.pt", self.state.step)
 
-    def test(self, path: Path, tag: str = "") -> dict[str, dict[str, object]]:
-        """Score checkpoint `path` on every test split with cfg.decode; writes {split}{tag}.hyp.
-        With data.train_max_src_len, "length" holds the test splits' scores together by
-        source-token bucket and on the long split (scoring.length_generalization)."""
-        load_model_state(self.model, load_checkpoint(path, self.device)["model"], path)
-        results: dict[str, dict[str, object]] = {}
-        lens: list[int] = []  # source lengths, hypotheses, references over every test split
-        hyps: list[str] = []
-        refs: list[str] = []
-        for name in self.cfg.data.test:
-            data = self.splits[name]
-            out = translate_ids(self.model, data.src_ids, self.cfg.decode, self.cfg.data.max_len)
-            texts = [self.tgt_tok.decode(h[0].tokens) for h in out]
-            (self.run_dir / f"{name}{tag}.hyp").write_text("".join(t + "\n" for t in texts))
-            results[name] = score(texts, data.tgt_text, lowercase=True)
-            board = "test" if not tag else f"test{tag.replace('.', '_')}"
-            self.writer.add_scalar(f"{board}/{name}_bleu", results[name]["bleu"], self.state.step)
-            log.info("\n%s", format_scores(f"{name} [{path.name}]", results[name]))
-            lens.extend(len(ids) for ids in data.src_ids)
-            hyps.extend(texts)
-            refs.extend(data.tgt_text)
-        cap = self.cfg.data.train_max_src_len
-        if cap and hyps:
-            scores = length_generalization(lens, hyps, refs, cap)
-            self.length_scores[tag] = {"splits": list(self.cfg.data.test), **scores}
-            log.info("by source tokens [%s]: %s", path.name, self.length_scores[tag])
-        return results
-
     def close(self) -> None:
+        """Close the training data, the TensorBoard writer and the step log."""
         self.train_data.close()
         self.writer.close()
         self.steplog.close()

@@ -105,6 +105,7 @@ class Window:
         self.tokens, self.steps, self.start = 0, 0, time.monotonic()
 
     def add(self, stats: dict[str, float]) -> None:
+        """Count one optimizer step's statistics (loss, nll, tokens)."""
         self.loss += stats["loss"] * stats["tokens"]
         self.nll += stats["nll"] * stats["tokens"]
         self.tokens += int(stats["tokens"])

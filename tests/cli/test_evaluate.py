@@ -45,12 +45,14 @@ def test_by_length_buckets_cover_the_split_and_match_sacrebleu(ckpt: Path, tmp_p
     cfg = config(ckpt, tmp_path, by_length=True, length_by=LengthUnit.items)
     scores = seq2seq.cli.evaluate.run(cfg)
     rows = scores["by_length"]
-    assert isinstance(rows, list) and rows[0]["bucket"] == "all"
+    assert isinstance(rows, list)
+    assert rows[0]["bucket"] == "all"
     assert rows[0]["n"] == sum(r["n"] for r in rows[1:]) == SIZES["test"] == scores["n"]
     translator, pairs = seq2seq.cli.evaluate.read_checkpoint_split(cfg)
     hyps = seq2seq.cli.evaluate.translate_split(translator, pairs, cfg)
     groups = length_groups([src for src, _ in pairs], "items")
-    assert [r["bucket"] for r in rows[1:]] == list(groups) and len(groups) > 1
+    assert [r["bucket"] for r in rows[1:]] == list(groups)
+    assert len(groups) > 1
     for row in rows[1:]:
         idx = groups[row["bucket"]]
         sub_hyps, sub_refs = [hyps[i] for i in idx], [pairs[i][1] for i in idx]
@@ -69,7 +71,7 @@ def test_score_refs_perplexity_is_validations(ckpt: Path, tmp_path: Path) -> Non
     refs = seq2seq.cli.evaluate.run(cfg)["ref_scores"]
     assert isinstance(refs, dict)
     model, src_tok, tgt_tok, train_cfg = load_for_inference(ckpt, "cpu")
-    translator, pairs = seq2seq.cli.evaluate.read_checkpoint_split(cfg)
+    _translator, pairs = seq2seq.cli.evaluate.read_checkpoint_split(cfg)
     split = encode_split("test", pairs, src_tok, tgt_tok)
     train_cfg.trainer.valid_bleu_sentences = 1
     loss = validate(model, split, tgt_tok, train_cfg, contextlib.nullcontext)["loss"]
@@ -96,11 +98,12 @@ def test_console_script(ckpt: Path, tmp_path: Path) -> None:
     assert len(default.read_text().splitlines()) == SIZES["valid"]
     table = evaluate_cli([*args, "by_length=true", "length_by=items"], tmp_path)
     assert table.returncode == 0, table.stderr
-    assert "source items" in table.stdout and "valid: TER" in table.stdout
+    assert "source items" in table.stdout
+    assert "valid: TER" in table.stdout
 
 
 @pytest.mark.parametrize(
-    "changes,message",
+    ("changes", "message"),
     [
         ({"by_length": True}, "by_length=true with hyp= needs src="),
         ({"score_refs": True}, "score_refs=true needs a model"),
@@ -133,4 +136,5 @@ def test_by_length_of_a_hypothesis_file(tmp_path: Path) -> None:
     )
     rows = seq2seq.cli.evaluate.run(cfg)["by_length"]
     assert [(r["bucket"], r["n"]) for r in rows] == [("all", 2), ("1", 1), ("2", 1)]  # type: ignore[union-attr,index]
-    assert rows[1]["bleu"] == 100.0 and rows[2]["bleu"] < 100.0  # type: ignore[index]
+    assert rows[1]["bleu"] == 100.0  # type: ignore[index]
+    assert rows[2]["bleu"] < 100.0  # type: ignore[index]

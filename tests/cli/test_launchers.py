@@ -20,8 +20,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from seq2seq.train.interrupt import StopSignals, pass_on
 from seq2seq.train.run import train
 from tests.tiny_run import (
@@ -62,7 +60,6 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-@pytest.mark.slow  # ~30 s on 2 busy cores
 def test_joblib_runs_in_worker_processes_that_share_no_state(tmp_path: Path) -> None:
     args = settings(tmp_path, "trainer.max_steps=6", "trainer.valid_every=3")
     sweep = ["trainer.seed=1,2,3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
@@ -79,7 +76,8 @@ def test_joblib_runs_in_worker_processes_that_share_no_state(tmp_path: Path) -> 
     runs = [tmp_path / "sweep" / f"sinusoidal_seed{seed}" for seed in (1, 2, 3)]
     # the lock file names the process that trained the run: two workers, not the parent
     pids = [int((r / "train.lock").read_text()) for r in runs]
-    assert len(set(pids)) == 2 and proc.pid not in pids, pids
+    assert len(set(pids)) == 2, pids
+    assert proc.pid not in pids, pids
     assert all((r / "results.json").is_file() for r in runs)
     # seed 3 ran in a worker that had trained another run before: the same as a fresh run
     fresh = tmp_path / "fresh"
@@ -105,7 +103,6 @@ def test_submitit_local_sweep_finishes_and_a_second_call_skips_it(tmp_path: Path
     assert len(list((tmp_path / "sweep" / ".submitit").glob("*/*_result.pkl"))) == 4
 
 
-@pytest.mark.slow  # ~30 s on 2 busy cores
 def test_a_job_sent_sigusr2_saves_is_requeued_and_resumes_exactly(tmp_path: Path) -> None:
     args = settings(tmp_path, "trainer.max_steps=40", "trainer.valid_every=10")
     cmd = multirun(tmp_path, [*args, "trainer.seed=1", "hydra/launcher=submitit_local"])
@@ -152,7 +149,8 @@ def test_the_slurm_launcher_asks_for_sigusr2_and_requeue(tmp_path: Path) -> None
     env = child_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     args = settings(tmp_path, "trainer.seed=1,2", "hydra/launcher=slurm")
     proc = run(multirun(tmp_path, [*args, "hydra.launcher.partition=gpu"]), env)
-    assert proc.returncode != 0 and "no cluster" in proc.stderr
+    assert proc.returncode != 0
+    assert "no cluster" in proc.stderr
     lines = script.read_text().splitlines()
     for flag in (
         "--signal=USR2@120",
@@ -163,7 +161,8 @@ def test_the_slurm_launcher_asks_for_sigusr2_and_requeue(tmp_path: Path) -> None
         "--array=0-1%2",
     ):
         assert f"#SBATCH {flag}" in lines, flag
-    assert "submitit.core._submit" in lines[-1] and lines[-1].startswith("srun ")
+    assert "submitit.core._submit" in lines[-1]
+    assert lines[-1].startswith("srun ")
 
 
 def test_pass_on_calls_the_handler_found_before_training_after_the_stop() -> None:
@@ -174,7 +173,8 @@ def test_pass_on_calls_the_handler_found_before_training_after_the_stop() -> Non
     try:
         with StopSignals() as stop:
             os.kill(os.getpid(), signal.SIGUSR2)
-            assert stop.signum == signal.SIGUSR2 and calls == []
+            assert stop.signum == signal.SIGUSR2
+            assert calls == []
         pass_on(signal.SIGUSR2)
         assert calls == [signal.SIGUSR2]
     finally:

@@ -83,7 +83,8 @@ def assert_user_error(done: subprocess.CompletedProcess[str], kind: str, *words:
     err = done.stderr
     assert done.returncode == 1, err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert lines and lines[-1].startswith(f"error: {kind}: "), err
+    assert lines, err
+    assert lines[-1].startswith(f"error: {kind}: "), err
     assert sum(line.startswith("error:") for line in lines) == 1, err
     for word in words:
         assert word in lines[-1], err
@@ -174,7 +175,8 @@ def test_translate_succeeds(root: Path) -> None:
     """The happy path, so that the error tests cannot pass on a CLI that always fails."""
     done = cli("seq2seq-translate", [f"ckpt={CKPT}", "device=cpu"], root, b"sieben\n\nzwei\n")
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.splitlines()) == 3 and done.stdout.splitlines()[1] == ""
+    assert len(done.stdout.splitlines()) == 3
+    assert done.stdout.splitlines()[1] == ""
     assert "error:" not in done.stderr
 
 
@@ -225,7 +227,8 @@ def test_evaluate_succeeds(root: Path) -> None:
     done = cli("seq2seq-evaluate", ["hyp=hyp.txt", "ref=ref.txt", "json=-"], root)
     assert done.returncode == 0, done.stderr
     scores = json.loads(done.stdout)
-    assert scores["n"] == 2 and scores["chrf"] == 100.0  # one-word lines: BLEU has no 4-grams
+    assert scores["n"] == 2
+    assert scores["chrf"] == 100.0  # one-word lines: BLEU has no 4-grams
 
 
 BUG = """
@@ -242,7 +245,8 @@ t.main()
 def test_a_bug_keeps_its_traceback(tmp_path: Path) -> None:
     done = python(["-c", BUG], tmp_path)
     assert done.returncode == 1
-    assert "Traceback" in done.stderr and "RuntimeError: a bug, not a user error" in done.stderr
+    assert "Traceback" in done.stderr
+    assert "RuntimeError: a bug, not a user error" in done.stderr
     assert not any(line.startswith("error:") for line in done.stderr.splitlines())
 
 

@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.config.checks import check_config, check_decode
 from seq2seq.config.schema import (
     DataConfig,
     DecodeConfig,
@@ -26,11 +27,11 @@ from seq2seq.config.schema import (
     TrainConfig,
     TrainerConfig,
     TranslateConfig,
-    check_config,
-    check_decode,
     register_configs,
 )
-from seq2seq.model.positional import ALiBi, PositionalEncoding, Rotary, Sinusoidal
+from seq2seq.model.absolute import Rotary, Sinusoidal
+from seq2seq.model.positional import PositionalEncoding
+from seq2seq.model.relative import ALiBi
 from seq2seq.model.transformer import build_model
 from seq2seq.train.resume import flatten
 from tests.config_snapshot import SNAPSHOT, resolve_all
@@ -64,7 +65,7 @@ def plain(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
 
 
-@pytest.mark.parametrize("group,option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_every_config_option_composes(group: str, option: str) -> None:
     composed = compose_config("train", [f"{group}={option}"])
     cfg = OmegaConf.to_object(composed)
@@ -97,7 +98,8 @@ def test_every_config_option_composes(group: str, option: str) -> None:
         src = torch.tensor([[5, 6, 7, 2], [5, 2, 0, 0]])
         with torch.no_grad():
             logits = model.logits(src, torch.tensor([[1, 8, 9], [1, 8, 0]]))
-        assert logits.shape == (2, 3, SMALL_VOCAB) and torch.isfinite(logits).all()
+        assert logits.shape == (2, 3, SMALL_VOCAB)
+        assert torch.isfinite(logits).all()
 
 
 @pytest.mark.parametrize("decode", [p.stem for p in sorted((CONFIGS / "decode").glob("*.yaml"))])
@@ -106,7 +108,8 @@ def test_translate_and_evaluate_configs_compose(decode: str) -> None:
         compose_config("translate", ["ckpt=run/best.pt", "input=in.txt", f"decode={decode}"])
     )
     assert isinstance(translate, TranslateConfig)
-    assert translate.ckpt == "run/best.pt" and translate.input == "in.txt"
+    assert translate.ckpt == "run/best.pt"
+    assert translate.input == "in.txt"
     assert translate.decode.method.value == decode
     check_decode(translate.decode)
     evaluate = OmegaConf.to_object(
@@ -120,7 +123,8 @@ def test_translate_and_evaluate_configs_compose(decode: str) -> None:
 def test_translate_and_evaluate_defaults() -> None:
     evaluate = OmegaConf.to_object(compose_config("evaluate"))
     assert isinstance(evaluate, EvaluateConfig)
-    assert evaluate.ckpt is None and evaluate.split == "test"
+    assert evaluate.ckpt is None
+    assert evaluate.split == "test"
     assert evaluate.decode.method.value == "beam"
     with pytest.raises(Exception, match="ckpt"):  # the checkpoint is mandatory
         OmegaConf.to_object(compose_config("translate"))
@@ -129,7 +133,8 @@ def test_translate_and_evaluate_defaults() -> None:
 def test_default_train_config() -> None:
     cfg = train_config()
     check_config(cfg)
-    assert cfg.encoder_pos is None and cfg.decoder_pos is None
+    assert cfg.encoder_pos is None
+    assert cfg.decoder_pos is None
     assert cfg.pos_encoding.kind == PosKind.sinusoidal
     t = cfg.trainer  # reliability settings: resume when possible, early stopping off
     assert (t.resume, t.max_bad_steps, t.patience, t.average_last) == ("auto", 5, 0, 0)
@@ -141,7 +146,8 @@ def test_pos_encoding_for_one_side_only(side: str) -> None:
     cfg = train_config([f"+pos_encoding@{side}_pos=alibi", "model.d_model=32", "model.n_heads=4"])
     check_config(cfg)
     chosen = getattr(cfg, f"{side}_pos")
-    assert chosen is not None and chosen.kind == PosKind.alibi
+    assert chosen is not None
+    assert chosen.kind == PosKind.alibi
     assert getattr(cfg, f"{other}_pos") is None
     model = build_model(cfg, SMALL_VOCAB, SMALL_VOCAB)
     assert isinstance(getattr(model, f"{side[:3]}_pos"), ALiBi)
@@ -156,11 +162,12 @@ def test_both_sides_overridden() -> None:
         ["+pos_encoding@encoder_pos=alibi", "+pos_encoding@decoder_pos=rope", "model.d_model=32"]
     )
     model = build_model(cfg, SMALL_VOCAB, SMALL_VOCAB)
-    assert isinstance(model.enc_pos, ALiBi) and isinstance(model.dec_pos, Rotary)
+    assert isinstance(model.enc_pos, ALiBi)
+    assert isinstance(model.dec_pos, Rotary)
 
 
 @pytest.mark.parametrize(
-    "override,key,detail",
+    ("override", "key", "detail"),
     [
         ("model.dmodel=3", "model.dmodel", "dmodel"),
         ("pos_encoding.kind=foo", "pos_encoding.kind", "sinusoidal"),
@@ -179,7 +186,7 @@ def test_bad_keys_and_values_fail_at_compose_time(override: str, key: str, detai
 
 
 @pytest.mark.parametrize(
-    "overrides,key",
+    ("overrides", "key"),
     [
         (["decode.beam_size=0"], "decode.beam_size"),
         (["decode.max_len_b=-1"], "decode.max_len_b"),
@@ -226,7 +233,7 @@ def test_every_config_resolves_as_the_snapshot_says() -> None:
         assert got[case] == values, case
 
 
-@pytest.mark.parametrize("group,option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_group_files_restate_no_default(group: str, option: str) -> None:
     """A group file sets only values that differ from its schema's defaults (besides `kind`,
     `method` and `name`, which say what the option is)."""
@@ -244,9 +251,11 @@ def test_group_files_restate_no_default(group: str, option: str) -> None:
     defaults = OmegaConf.to_container(OmegaConf.structured(schema), enum_to_str=True)
     path = CONFIGS / group / f"{option}.yaml"
     values = OmegaConf.to_container(OmegaConf.load(path))
-    assert isinstance(values, dict) and isinstance(defaults, dict)
+    assert isinstance(values, dict)
+    assert isinstance(defaults, dict)
     if "# @package _global_" in path.read_text(encoding="utf-8"):  # a per-side mix: sections
-        assert group == "pos_encoding" and set(values) <= {"pos_encoding", *POS_SIDES}
+        assert group == "pos_encoding"
+        assert set(values) <= {"pos_encoding", *POS_SIDES}
         values = {f"{side}.{k}": v for side, section in values.items() for k, v in section.items()}
     for key, value in values.items():
         if key.rsplit(".", 1)[-1] not in ("kind", "method", "name"):

@@ -26,7 +26,7 @@ ODD = [
     "e\u0301 f",  # combining accent
     "½ 3",
     "\u3000x",  # ideographic space
-    "Ｈｅｌｌｏ world",  # full-width letters
+    "Ｈｅｌｌｏ world",  # noqa: RUF001 - full-width letters, on purpose
     "a\x01b",  # control character
     "x \u0301y",  # a combining mark starting a word
     "ŉ ǆ",
@@ -74,7 +74,9 @@ def test_word_cache_equals_sentencepiece(
 
 def test_odd_lines_are_encoded_whole(tokenizer: SentencePieceTokenizer) -> None:
     cache = WordCache(tokenizer)
-    assert cache.is_plain("é") and cache.is_plain("ß") and cache.is_plain(" ")
+    assert cache.is_plain("é")
+    assert cache.is_plain("ß")
+    assert cache.is_plain(" ")
     assert not any(cache.is_plain(c) for c in "\u00a0\t\u3000ﬁ\x00\x01\u200b")
 
 

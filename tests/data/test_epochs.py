@@ -63,7 +63,8 @@ def test_epochs_are_pure_and_differ() -> None:
 def test_max_len_leaves_long_pairs_out() -> None:
     src, tgt = [[5] * n for n in (1, 4, 9)], [[6] * n for n in (2, 4, 3)]
     data = TrainData({"a": CorpusArrays.from_ids(src, tgt)}, [], 4, 100, seed=0)
-    assert len(data) == 2 and data.over_long() == [1]
+    assert len(data) == 2
+    assert data.over_long() == [1]
     seen = [i for r in data.epoch_batches(0) for i in data.collate(r).index.tolist()]
     assert sorted(seen) == [0, 1]
 
@@ -76,11 +77,15 @@ def test_weights_draw_shares_of_each_corpus() -> None:
     for epoch in range(2):
         index = np.concatenate([data.collate(r).index.numpy() for r in data.epoch_batches(epoch)])
         from_a, from_b = index[index < 3000], index[index >= 3000] - 3000
-        assert data.plan is not None and data.plan.drawn == [len(from_a), len(from_b)]
-        assert abs(len(from_a) - 1500) < 100 and len(np.unique(from_a)) == len(from_a)
-        assert abs(len(from_b) - 3000) < 100 and len(np.unique(from_b)) == 1000
+        assert data.plan is not None
+        assert data.plan.drawn == [len(from_a), len(from_b)]
+        assert abs(len(from_a) - 1500) < 100
+        assert len(np.unique(from_a)) == len(from_a)
+        assert abs(len(from_b) - 3000) < 100
+        assert len(np.unique(from_b)) == 1000
         # every pair of b at least twice, at most four times
-        assert np.bincount(from_b).min() >= 2 and np.bincount(from_b).max() <= 4
+        assert np.bincount(from_b).min() >= 2
+        assert np.bincount(from_b).max() <= 4
 
 
 def test_reading_batches_keeps_the_resident_size_flat(tmp_path: Path) -> None:
@@ -129,8 +134,10 @@ def test_prefetched_batches_are_the_batches() -> None:
     data.prefetch(refs[:3])
     for ref in refs[:4]:  # three from the thread, one read now
         got, want = data.collate(ref), data.read(ref)
-        assert got.index.equal(want.index) and got.src.equal(want.src)
-        assert got.tgt_in.equal(want.tgt_in) and got.tgt_out.equal(want.tgt_out)
+        assert got.index.equal(want.index)
+        assert got.src.equal(want.src)
+        assert got.tgt_in.equal(want.tgt_in)
+        assert got.tgt_out.equal(want.tgt_out)
     assert not data.pending
     data.close()
 
@@ -144,6 +151,7 @@ def test_max_src_len_leaves_out_long_sources_only() -> None:
     drawn = sorted(i for r in data.epoch_batches(0) for i in data.collate(r).index.tolist())
     assert drawn == [i for i, s in enumerate(src) if len(s) <= 5]
     assert any(len(tgt[i]) > 5 for i in drawn)  # targets are not capped
-    assert len(data) == len(drawn) and data.over_long() == [len(src) - len(drawn)]
+    assert len(data) == len(drawn)
+    assert data.over_long() == [len(src) - len(drawn)]
     everything = TrainData(arrays, [], 64, 300, seed=1)  # 0 = no cap
     assert len(everything) == len(src)

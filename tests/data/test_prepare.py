@@ -57,10 +57,12 @@ def test_prepared_arrays_hold_every_kept_pair(data: Path, tmp_path: Path) -> Non
     kept = [i for i in range(300) if i not in (2, 9)]
     for row, line in enumerate(kept):
         s, t = arrays.row(row)
-        assert s.tolist() == src_tok.encode(src[line]) and t.tolist() == tgt_tok.encode(tgt[line])
+        assert s.tolist() == src_tok.encode(src[line])
+        assert t.tolist() == tgt_tok.encode(tgt[line])
     order = np.asarray(arrays.order)
     width = [max(len(arrays.row(i)[0]), len(arrays.row(i)[1])) for i in order.tolist()]
-    assert width == sorted(width) and sorted(order.tolist()) == list(range(298))
+    assert width == sorted(width)
+    assert sorted(order.tolist()) == list(range(298))
     assert (out / "eval" / "valid.en").read_text() == (data / "valid.en").read_text()
 
 
@@ -89,8 +91,10 @@ def test_the_tokenizer_sample_is_bounded_seeded_and_in_file_order() -> None:
 
     assert sample(5000, 1) == [s for s in src if s.strip()]  # all non-blank, in order
     small = sample(100, 1)
-    assert len(small) == 100 and small == sorted(small, key=lambda s: int(s[1:]))
-    assert small == sample(100, 1) and small != sample(100, 2)
+    assert len(small) == 100
+    assert small == sorted(small, key=lambda s: int(s[1:]))
+    assert small == sample(100, 1)
+    assert small != sample(100, 2)
     assert " " not in small
 
 
@@ -108,12 +112,12 @@ def test_a_damaged_or_stale_prepared_corpus_is_refused(data: Path, tmp_path: Pat
         open_prepared(out, ["other"])
     manifest = json.loads((out / "manifest.json").read_text())
     (out / "manifest.json").write_text(json.dumps({**manifest, "format": 0}))
-    with pytest.raises(DataError, match="format 0; this version reads format 1. fix"):
+    with pytest.raises(DataError, match=r"format 0; this version reads format 1\. fix"):
         open_prepared(out, ["train"])
     (out / "manifest.json").write_text(json.dumps(manifest))
     with (data / "train.de").open("a", encoding="utf-8") as f:
         f.write("noch eine Zeile\n")
-    with pytest.raises(DataError, match="train.de changed after it was prepared"):
+    with pytest.raises(DataError, match=r"train\.de changed after it was prepared"):
         open_prepared(out, ["train"])
 
 
@@ -169,7 +173,8 @@ def test_training_data_is_prepared_once_and_reused(
     caplog.clear()
     again = load_corpus(cfg)
     assert not any("preparing the data" in r.getMessage() for r in caplog.records)
-    assert again.fingerprint == first.fingerprint and len(again.train) == 298
+    assert again.fingerprint == first.fingerprint
+    assert len(again.train) == 298
     (data / "valid.en").write_text((data / "valid.en").read_text() + "")  # same bytes, new time
     os.utime(data / "train.en", ns=(10**18, 10**18))
     moved = load_corpus(cfg)  # prepared again (the key holds the time), same fingerprint
@@ -182,9 +187,10 @@ def test_training_from_an_explicit_prepared_directory(data: Path, tmp_path: Path
     cfg.data.prepared = str(out)
     cfg.data.root = str(tmp_path / "nowhere")  # everything comes from the prepared directory
     corpus = load_corpus(cfg)
-    assert sorted(corpus.evals) == ["test", "valid"] and len(corpus.train) == 298
+    assert sorted(corpus.evals) == ["test", "valid"]
+    assert len(corpus.train) == 298
     cfg.data.src_lang, cfg.data.tgt_lang = "de", "en"
-    with pytest.raises(DataError, match="holds en-de but data.src_lang/tgt_lang are de-en"):
+    with pytest.raises(DataError, match=r"holds en-de but data\.src_lang/tgt_lang are de-en"):
         load_corpus(cfg)
 
 
@@ -194,8 +200,8 @@ def test_several_training_splits_mix_with_weights(data: Path, tmp_path: Path) ->
         (data / f"extra.{lang}").write_text("\n".join(lines[:50]) + "\n")
     cfg = config(data, tmp_path, "data.train=[train,extra]", "data.weights=[1,2]")
     corpus = load_corpus(cfg)
-    assert (
-        corpus.train.names == ["train", "extra"] and len(corpus.train) == 298 + 48
-    )  # lines 3 and 10 left out
+    assert corpus.train.names == ["train", "extra"]
+    assert len(corpus.train) == 298 + 48  # lines 3 and 10 left out
     corpus.train.epoch_batches(0)
-    assert corpus.train.plan is not None and corpus.train.plan.drawn == [298, 96]
+    assert corpus.train.plan is not None
+    assert corpus.train.plan.drawn == [298, 96]

@@ -64,7 +64,8 @@ def test_find_split_file_missing_lists_existing(tmp_path: Path) -> None:
     message = str(info.value)
     assert str(tmp_path / "train.en") in message
     assert str(tmp_path / "train.en.gz") in message
-    assert "train.de.gz" in message and "val.en" in message
+    assert "train.de.gz" in message
+    assert "val.en" in message
     assert "fix:" in message
 
 
@@ -98,8 +99,10 @@ def test_mismatched_line_counts(tmp_path: Path) -> None:
     with pytest.raises(DataError) as info:
         read_parallel(src, tgt)
     message = str(info.value)
-    assert str(src) in message and str(tgt) in message
-    assert "3 lines" in message and "has 2" in message
+    assert str(src) in message
+    assert str(tgt) in message
+    assert "3 lines" in message
+    assert "has 2" in message
     assert "fix:" in message
 
 
@@ -131,7 +134,8 @@ def test_invalid_utf8_names_file_line_and_column(tmp_path: Path, packed: bool) -
         read_lines(path)
     message = str(info.value)
     assert message.startswith(f"{path}:3:")
-    assert "0xe9" in message and "column 4" in message
+    assert "0xe9" in message
+    assert "column 4" in message
     assert "iconv" in message
 
 
@@ -171,7 +175,7 @@ def test_collate_exact_tensors() -> None:
     src = [[5, 6, 7], [8], [9, 10]]
     tgt = [[11], [12, 13, 14], [15, 16]]
     batch = collate([2, 1], src, tgt)
-    P, B, E = PAD_ID, BOS_ID, EOS_ID
+    P, B, E = PAD_ID, BOS_ID, EOS_ID  # noqa: N806 - short names for the constants
     assert torch.equal(batch.src, torch.tensor([[9, 10, E], [8, E, P]]))
     assert torch.equal(batch.tgt_in, torch.tensor([[B, 15, 16, P], [B, 12, 13, 14]]))
     assert torch.equal(batch.tgt_out, torch.tensor([[15, 16, E, P], [12, 13, 14, E]]))
@@ -186,7 +190,8 @@ def test_collate_exact_tensors() -> None:
 def test_collate_does_not_modify_inputs() -> None:
     src, tgt = [[5, 6]], [[7]]
     collate([0], src, tgt)
-    assert src == [[5, 6]] and tgt == [[7]]
+    assert src == [[5, 6]]
+    assert tgt == [[7]]
 
 
 def random_lengths(n: int, seed: int = 3) -> tuple[list[int], list[int]]:
@@ -243,7 +248,7 @@ def test_token_batches_pad_both_sides_little() -> None:
             batch, width = [], 0
         batch.append(i)
         width = max(width, size)
-    assert ours > padding_efficiency(by_target + [batch], src, tgt) + 0.01  # 0.950 vs 0.932
+    assert ours > padding_efficiency([*by_target, batch], src, tgt) + 0.01  # 0.950 vs 0.932
     assert ours > 0.94
 
 
@@ -255,7 +260,8 @@ def test_token_batches_deterministic_and_epoch_dependent() -> None:
     assert token_batches(src, tgt, 300, shuffle=True, seed=5, epoch=2) == first
     other_epoch = token_batches(src, tgt, 300, shuffle=True, seed=5, epoch=3)
     other_seed = token_batches(src, tgt, 300, shuffle=True, seed=6, epoch=2)
-    assert other_epoch != first and other_seed != first
+    assert other_epoch != first
+    assert other_seed != first
     assert sorted(map(sorted, other_epoch)) != sorted(map(sorted, first))  # ties broken anew
     longest = [max(tgt[i] for i in batch) for batch in first]
     assert longest != sorted(longest)  # batch order is shuffled, not by length
@@ -269,7 +275,7 @@ def test_token_batches_unshuffled_is_sorted() -> None:
 
 
 def test_token_batches_rejects_bad_budget() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="max_tokens must be positive"):
         token_batches([1], [1], 0, shuffle=False)
 
 

@@ -279,7 +279,8 @@ def test_second_build_loads_from_cache(
     first = build_tokenizers(kind, SRC_TEXTS, TGT_TEXTS, **kwargs)
     assert len(calls) == 2
     cached = sorted(p.name for p in tmp_path.iterdir())
-    assert len(cached) == 2 and all(name.startswith(f"{kind}-") for name in cached)
+    assert len(cached) == 2
+    assert all(name.startswith(f"{kind}-") for name in cached)
     second = build_tokenizers(kind, SRC_TEXTS, TGT_TEXTS, **kwargs)
     assert len(calls) == 2  # nothing retrained
     assert sorted(p.name for p in tmp_path.iterdir()) == cached
@@ -368,12 +369,17 @@ def test_unknown_kind_is_a_clear_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("vocab_size", "min_freq", "coverage"), [(4, 1, 1.0), (100, 0, 1.0), (100, 1, 0.0)]
+    ("vocab_size", "min_freq", "coverage", "message"),
+    [
+        (4, 1, 1.0, "vocab_size must exceed"),
+        (100, 0, 1.0, "min_freq must be >= 1"),
+        (100, 1, 0.0, "character_coverage must be in"),
+    ],
 )
 def test_bad_settings_are_rejected(
-    tmp_path: Path, vocab_size: int, min_freq: int, coverage: float
+    tmp_path: Path, vocab_size: int, min_freq: int, coverage: float, message: str
 ) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message):
         build_tokenizers(
             "word",
             ["a"],
@@ -396,7 +402,8 @@ def test_sentencepiece_too_small_vocab_is_a_value_error(tmp_path: Path) -> None:
 @given(text=st.text(alphabet=CHAR_ALPHABET, max_size=60))
 def test_char_round_trip_property(trained: dict[str, Tokenizer], text: str) -> None:
     ids = trained["char"].encode(text)
-    assert len(ids) == len(text) and UNK_ID not in ids
+    assert len(ids) == len(text)
+    assert UNK_ID not in ids
     assert trained["char"].decode(ids) == text
 
 
@@ -413,7 +420,8 @@ def test_word_round_trip_property(
 ) -> None:
     text = seps[0] + "".join(w + s for w, s in zip(words, seps[1:], strict=False))
     ids = trained["word"].encode(text)
-    assert len(ids) == len(words) and UNK_ID not in ids
+    assert len(ids) == len(words)
+    assert UNK_ID not in ids
     assert trained["word"].decode(ids) == " ".join(text.split())
 
 

@@ -114,6 +114,7 @@ def test_the_rerun_gives_the_attention_of_the_search(trained: EncoderDecoder) ->
         for hook in hooks:
             hook.remove()
     during = torch.stack([torch.cat(layer, 1)[0] for layer in steps])  # (L, T + 1, S)
-    assert len(hyp.tokens) >= 3 and during.shape == (2, len(hyp.tokens) + 1, 5)
+    assert len(hyp.tokens) >= 3
+    assert during.shape == (2, len(hyp.tokens) + 1, 5)
     rerun = model_attention(trained, src, [hyp.tokens])[0]  # (L, T + 1, S)
     torch.testing.assert_close(rerun, during, atol=1e-5, rtol=0)

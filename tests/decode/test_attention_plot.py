@@ -35,5 +35,7 @@ def test_without_matplotlib_the_error_says_how_to_install_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
-    with pytest.raises(ConfigError, match="attention_dir needs matplotlib.*pip install matplotlib"):
+    with pytest.raises(
+        ConfigError, match=r"attention_dir needs matplotlib.*pip install matplotlib"
+    ):
         require_matplotlib()

@@ -9,7 +9,8 @@ import re
 import pytest
 import torch
 
-from seq2seq.config.schema import DecodeConfig, SearchKind, check_decode
+from seq2seq.config.checks import check_decode
+from seq2seq.config.schema import DecodeConfig, SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decode.sampling import Sampler, uniform_table
 from seq2seq.decode.search import greedy_search, max_lengths, sample_search, translate_ids
@@ -131,11 +132,12 @@ def test_uniform_table_rows_are_the_sentences_draws() -> None:
     assert torch.equal(table[2:, 2:], torch.zeros(2, 2))  # past the 2nd sentence's limit
     alone = uniform_table(1, [3], 2, [2])
     assert torch.equal(table[2:, :2], alone)
-    assert float(table.min()) >= 0 and float(table.max()) < 1
+    assert float(table.min()) >= 0
+    assert float(table.max()) < 1
 
 
 @pytest.mark.parametrize(
-    "key,value,words",
+    ("key", "value", "words"),
     [
         ("temperature", 0.0, "above 0"),
         ("top_k", -1, "0 (all tokens) or more"),

@@ -89,7 +89,8 @@ def test_greedy_trained_model_stops_with_eos(trained: EncoderDecoder) -> None:
     hyps = greedy_search(trained, src, max_len)
     assert sum(len(h.tokens) + 1 < m for h, m in zip(hyps, max_len.tolist())) >= 12
     for h in hyps:
-        assert EOS_ID not in h.tokens and PAD_ID not in h.tokens
+        assert EOS_ID not in h.tokens
+        assert PAD_ID not in h.tokens
 
 
 def test_greedy_respects_the_length_limit(model: EncoderDecoder) -> None:
@@ -115,7 +116,7 @@ def test_beam_size_one_equals_greedy(model: EncoderDecoder) -> None:
     assert at_limit > 0  # the forced-EOS case was checked
 
 
-@pytest.mark.parametrize("k,nbest", [(4, 4), (5, 2)])
+@pytest.mark.parametrize(("k", "nbest"), [(4, 4), (5, 2)])
 def test_beam_nbest_sorted_and_within_length(model: EncoderDecoder, k: int, nbest: int) -> None:
     src = sources(n=5)
     cfg = beam_cfg(k, LengthPenaltyKind.gnmt, nbest=nbest, max_len_a=1.0, max_len_b=2)
@@ -216,7 +217,8 @@ def test_search_never_emits_pad_or_bos(make_model: MakeModel, method: str) -> No
     src = torch.tensor([[4, 5, EOS_ID]])
     cfg = beam_cfg(2, nbest=2) if method == "beam" else DecodeConfig()
     for hyp in decode_batch(model, src, cfg)[0]:
-        assert PAD_ID not in hyp.tokens and BOS_ID not in hyp.tokens, hyp.tokens
+        assert PAD_ID not in hyp.tokens, hyp.tokens
+        assert BOS_ID not in hyp.tokens, hyp.tokens
 
 
 def test_beam_is_not_worse_than_greedy_on_a_trained_model(trained: EncoderDecoder) -> None:
@@ -273,7 +275,7 @@ def reference_beam(
                 norm = float(length_penalty(torch.tensor(step + 1), cfg.length_penalty, cfg.alpha))
                 finished.append(Hypothesis(tokens, score / norm))
             elif token != EOS_ID and len(alive) < k:
-                alive.append((tokens + [token], score))
+                alive.append(([*tokens, token], score))
         finished = sorted(finished, key=lambda h: -h.score)[:k]
         if len(finished) == k or not alive or alive[0][1] == inf:
             break
@@ -326,7 +328,8 @@ def test_finished_sentences_leave_the_batch(
     monkeypatch.undo()
     width = cfg.beam_size if method == "beam" else 1
     assert rows[0] == 12  # the first step decodes each sentence once (its beams are identical)
-    assert rows[1] == 12 * width and rows[1:] == sorted(rows[1:], reverse=True)
+    assert rows[1] == 12 * width
+    assert rows[1:] == sorted(rows[1:], reverse=True)
     assert len(set(rows)) >= 4  # sentences ended at several different steps
     assert len(rows) < int(max_lengths(src, cfg.max_len_a, cfg.max_len_b).max())
     for i in range(12):
@@ -349,7 +352,8 @@ def test_min_len_equal_to_max_len_forces_the_length(model: EncoderDecoder, metho
         results = search(model, src, limit, *args, min_len=min_len)  # type: ignore[operator]
         for hyps in results:
             for h in hyps if isinstance(hyps, list) else [hyps]:
-                assert len(h.tokens) == max_len - 1 and math.isfinite(h.score)
+                assert len(h.tokens) == max_len - 1
+                assert math.isfinite(h.score)
 
 
 # --------------------------------------------------------------------------- helpers

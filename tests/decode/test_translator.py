@@ -51,7 +51,7 @@ def test_changes_and_nbest(run: Path) -> None:
     assert translator.translate(src, beam_size=3) == [n[0].text for n in nbest]
     with pytest.raises(TypeError, match="unknown decoding settings \\['beam'\\]; they are: method"):
         translator.translate(src, beam=3)
-    with pytest.raises(ValueError, match="decode.beam_size=0 is invalid"):
+    with pytest.raises(ValueError, match=r"decode\.beam_size=0 is invalid"):
         translator.translate(src, beam_size=0)
 
 
@@ -90,7 +90,8 @@ def test_ensembles_and_alignments_from_python(run: Path, tmp_path: Path) -> None
     assert pair.translate(src, beam_size=3) == single.translate(src, beam_size=3)
     found = single.translate_nbest(src, attention=True, beam_size=3)
     for text, (t,) in zip(src, found, strict=True):
-        assert t.attention is not None and t.attention.shape[0] == 1  # one decoder layer
+        assert t.attention is not None
+        assert t.attention.shape[0] == 1  # one decoder layer
         pairs = t.alignment()
         assert [j for _, j in pairs] == list(range(len(t.tokens)))
         assert all(0 <= i < len(single.src_tok.encode(text)) for i, _ in pairs)
@@ -101,7 +102,7 @@ def test_ensembles_and_alignments_from_python(run: Path, tmp_path: Path) -> None
     tokens = [*SPECIAL_TOKENS, *(f"w{i}" for i in range(single.tgt_tok.vocab_size - 4))]
     state["tokenizers"]["tgt"] = VocabTokenizer("word", tokens).state()
     torch.save(state, tmp_path / "other.pt")
-    with pytest.raises(CheckpointError, match="other.pt: its target vocabulary differs from"):
+    with pytest.raises(CheckpointError, match=r"other\.pt: its target vocabulary differs from"):
         Translator.from_checkpoint([best, tmp_path / "other.pt"], "cpu")
 
 
@@ -129,9 +130,10 @@ def test_translate_cli_samples_ensembles_aligns_and_plots(run: Path, tmp_path: P
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) == 6 and lines[2:4] == [" ||| ", " ||| "]  # 2 samples a line, blank kept
+    assert len(lines) == 6
+    assert lines[2:4] == [" ||| ", " ||| "]  # 2 samples a line, blank kept
     for line in lines[:2] + lines[4:]:
-        text, pairs = line.split(" ||| ")
+        _text, pairs = line.split(" ||| ")
         assert all(re.fullmatch(r"\d+-\d+", p) for p in pairs.split()), line
     assert "sample, 2 a sentence, temperature 1.0" in done.stderr
     assert sorted(p.name for p in (tmp_path / "att").iterdir()) == ["line-1.png", "line-3.png"]

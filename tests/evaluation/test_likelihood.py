@@ -56,7 +56,8 @@ def test_perplexity_by_position_adds_up_to_the_corpus_perplexity() -> None:
     assert report["ppl"] == pytest.approx(math.exp(nll / tokens))
     pooled = sum(r["tokens"] * math.log(r["ppl"]) for r in rows) / tokens  # token-weighted
     assert math.exp(pooled) == pytest.approx(report["ppl"])
-    assert [r["position"] for r in rows][:2] == ["0", "1"] and rows[0]["tokens"] == 5
+    assert [r["position"] for r in rows][:2] == ["0", "1"]
+    assert rows[0]["tokens"] == 5
     assert [r["position"] for r in rows][-2:] == ["32-63", "64-127"]
     assert rows[-1]["tokens"] == 70 - 64
     assert "reference perplexity" in format_perplexity(report)
@@ -86,4 +87,5 @@ def test_json_lines_name_each_token(tmp_path: Path) -> None:
         "pieces": ["a", "b", tok.id_to_token(2)],
         "logprobs": [-0.5, -1.0, -0.25],
     }
-    assert rows[1]["nll"] == 2.125 and rows[1]["pieces"][0] == "b"
+    assert rows[1]["nll"] == 2.125
+    assert rows[1]["pieces"][0] == "b"

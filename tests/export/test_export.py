@@ -19,7 +19,8 @@ from seq2seq.decode.translator import Translator
 from seq2seq.export.ctranslate2 import ExportError, build_spec, save
 from seq2seq.export.selfcheck import CTranslate2Model, MarianModel, greedy_by_limit, our_logprobs
 from seq2seq.export.writer import export_checkpoint as export
-from seq2seq.model.positional import ALiBi, PositionalEncoding
+from seq2seq.model.positional import PositionalEncoding
+from seq2seq.model.relative import ALiBi
 from seq2seq.model.transformer import EncoderDecoder
 from seq2seq.train.run import train
 from tests.conftest import VOCAB, MakeModel
@@ -72,7 +73,7 @@ def test_ctranslate2_computes_our_model(
     agree(model, ct2(model, words(VOCAB), tmp_path), words(VOCAB))
 
 
-@pytest.mark.parametrize("share,tie", [(False, True), (False, False)])
+@pytest.mark.parametrize(("share", "tie"), [(False, True), (False, False)])
 def test_ctranslate2_separate_embeddings(
     make_model: MakeModel, tmp_path: Path, share: bool, tie: bool
 ) -> None:
@@ -109,11 +110,11 @@ def test_ctranslate2_alibi_decoder_but_not_encoder(make_model: MakeModel, tmp_pa
 
 @pytest.mark.parametrize("pos", ["kerple", "fire"])
 def test_ctranslate2_refuses_encodings_it_has_not(make_model: MakeModel, pos: str) -> None:
-    with pytest.raises(ExportError, match="cannot express pos_encoding .* in the encoder"):
+    with pytest.raises(ExportError, match=r"cannot express pos_encoding .* in the encoder"):
         build_spec(make_model(pos), words(VOCAB), words(VOCAB), 64)
 
 
-@pytest.mark.parametrize("share,tie", [(True, True), (False, True), (False, False)])
+@pytest.mark.parametrize(("share", "tie"), [(True, True), (False, True), (False, False)])
 def test_marian_computes_our_model(
     make_model: MakeModel, tmp_path: Path, share: bool, tie: bool
 ) -> None:
@@ -157,10 +158,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_ctranslate2_export_of_a_run(run: Path) -> None:
     ckpt, out = run / "run" / "checkpoints" / "best.pt", run / "ct2"
     check = export(ExportConfig(ckpt=str(ckpt), out=str(out), check_lines=20))
-    assert check is not None and check.identical == check.sentences == 20
+    assert check is not None
+    assert check.identical == check.sentences == 20
     assert check.max_logprob_diff < 1e-4
     manifest = json.loads((out / "seq2seq_export.json").read_text())
-    assert manifest["check"]["identical"] == 20 and manifest["quantization"] == "float32"
+    assert manifest["check"]["identical"] == 20
+    assert manifest["quantization"] == "float32"
     assert len(manifest["source_checkpoint"]["sha256"]) == 64
     # a user's path: SentencePiece pieces in, pieces out, detokenized by the exported model
     import sentencepiece as spm
@@ -181,7 +184,8 @@ def test_int8_export_reports_its_agreement(run: Path) -> None:
     exact = export(ExportConfig(ckpt=str(ckpt), out=str(run / "ct2_fp32"), check_lines=20))
     cfg = ExportConfig(ckpt=str(ckpt), out=str(out), quantization=Quantization.int8)
     check = export(cfg)
-    assert check is not None and exact is not None
+    assert check is not None
+    assert exact is not None
     assert 0 <= check.identical <= check.sentences == 20
     assert check.bleu_ours == exact.bleu_ours  # our side is the model as it was
     assert 0 < check.max_logprob_diff < 1.0  # int8 moves the log-probabilities a little
@@ -195,7 +199,8 @@ def test_huggingface_export_of_a_run(run: Path) -> None:
 
     ckpt, out = run / "run" / "checkpoints" / "best.pt", run / "hf"
     check = export(ExportConfig(ckpt=str(ckpt), out=str(out), format=ExportFormat.huggingface))
-    assert check is not None and check.identical == check.sentences
+    assert check is not None
+    assert check.identical == check.sentences
     tokenizer = MarianTokenizer.from_pretrained(out)
     model = MarianMTModel.from_pretrained(out).eval()
     assert model.generation_config.max_length > 100  # not transformers' default of 20
@@ -230,7 +235,8 @@ def test_export_cli(run: Path) -> None:
         text=True,
         cwd=REPO,
     )
-    assert bad.returncode == 1 and "quantization applies to format=ctranslate2" in bad.stderr
+    assert bad.returncode == 1
+    assert "quantization applies to format=ctranslate2" in bad.stderr
     assert not (run / "q").exists()
     nodata = subprocess.run(
         [*args[:-1], f"out={run / 'n'}", f"data_root={run / 'nowhere'}"],
@@ -238,5 +244,7 @@ def test_export_cli(run: Path) -> None:
         text=True,
         cwd=REPO,
     )
-    assert nodata.returncode == 1 and "or check_lines=0 to skip the check" in nodata.stderr
-    assert not (run / "n").exists() and not list(run.glob(".n.*"))  # no folder left behind
+    assert nodata.returncode == 1
+    assert "or check_lines=0 to skip the check" in nodata.stderr
+    assert not (run / "n").exists()
+    assert not list(run.glob(".n.*"))  # no folder left behind

@@ -82,12 +82,17 @@ def test_pad_keys_hides_the_padding() -> None:
     k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)
     mask = torch.tensor([[Y] * 5, [Y, Y, Y, N, N]])[:, None, None, :]
     pk, pv, bias, pmask = _pad_keys(k, v, None, mask)
-    assert pk.shape == pv.shape == (2, 4, FAST_SOFTMAX_LEN, 8) and bias is None
-    assert torch.equal(pk[:, :, :5], k) and torch.equal(pv[:, :, :5], v)
-    assert not pk[:, :, 5:].any() and not pv[:, :, 5:].any()
-    assert torch.equal(pmask[..., :5], mask) and not pmask[..., 5:].any()
+    assert pk.shape == pv.shape == (2, 4, FAST_SOFTMAX_LEN, 8)
+    assert bias is None
+    assert torch.equal(pk[:, :, :5], k)
+    assert torch.equal(pv[:, :, :5], v)
+    assert not pk[:, :, 5:].any()
+    assert not pv[:, :, 5:].any()
+    assert torch.equal(pmask[..., :5], mask)
+    assert not pmask[..., 5:].any()
     _, _, _, unmasked = _pad_keys(k, v, torch.zeros(1, 4, 5, 5), None)
-    assert unmasked[..., :5].all() and not unmasked[..., 5:].any()
+    assert unmasked[..., :5].all()
+    assert not unmasked[..., 5:].any()
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
@@ -109,7 +114,8 @@ def test_cpu_dropout_zeroes_a_share_p_and_keeps_the_mean(p: float) -> None:
 def test_cpu_dropout_keeps_bf16() -> None:
     torch.manual_seed(0)
     out = dropout(torch.ones(64, 33, dtype=torch.bfloat16), 0.25, training=True)
-    assert out.dtype == torch.bfloat16 and abs(out.eq(0).float().mean().item() - 0.25) < 0.05
+    assert out.dtype == torch.bfloat16
+    assert abs(out.eq(0).float().mean().item() - 0.25) < 0.05
 
 
 def test_dropout_is_identity_when_off_and_zero_at_p_1() -> None:

@@ -115,7 +115,8 @@ def test_linear_decoding_path_matches_f_linear_and_follows_weight_updates() -> N
         got = layer(x)
     torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias))
     layer(x).square().sum().backward()
-    assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
+    assert layer.weight.grad is not None
+    assert layer.weight.grad.abs().sum() > 0
 
 
 class _SilentStep(torch.optim.Optimizer):
@@ -137,9 +138,11 @@ def test_any_optimizer_step_drops_the_packed_weights_it_stepped() -> None:
     layer, other, x = Linear(16, 8), Linear(16, 8), torch.randn(3, 16)
     with torch.no_grad():
         layer(x), other(x)
-        assert layer.weight in onednn._PACKED and other.weight in onednn._PACKED
+        assert layer.weight in onednn._PACKED
+        assert other.weight in onednn._PACKED
         version = layer.weight._version
         _SilentStep([layer.weight]).step()
         assert layer.weight._version == version  # the version alone would not tell
-        assert layer.weight not in onednn._PACKED and other.weight in onednn._PACKED
+        assert layer.weight not in onednn._PACKED
+        assert other.weight in onednn._PACKED
         torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))

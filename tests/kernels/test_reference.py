@@ -28,13 +28,15 @@ def test_attention_mask_none_when_everything_is_allowed() -> None:
 def test_attention_mask_padding_only() -> None:
     key_mask = torch.tensor([[Y, Y, N], [Y, N, N]])
     mask = attention_mask(key_mask, causal=False, q_len=2, k_len=3, device=CPU)
-    assert mask is not None and mask.shape == (2, 1, 1, 3)
+    assert mask is not None
+    assert mask.shape == (2, 1, 1, 3)
     assert mask[:, 0, 0].tolist() == [[Y, Y, N], [Y, N, N]]
 
 
 def test_attention_mask_causal_square() -> None:
     mask = attention_mask(None, causal=True, q_len=3, k_len=3, device=CPU)
-    assert mask is not None and mask.shape == (1, 1, 3, 3)
+    assert mask is not None
+    assert mask.shape == (1, 1, 3, 3)
     assert mask[0, 0].tolist() == [[Y, N, N], [Y, Y, N], [Y, Y, Y]]
 
 
@@ -48,7 +50,8 @@ def test_attention_mask_causal_with_cached_keys() -> None:
 def test_attention_mask_causal_and_padding_combine() -> None:
     key_mask = torch.tensor([[Y, Y, Y], [Y, Y, N]])
     mask = attention_mask(key_mask, causal=True, q_len=3, k_len=3, device=CPU)
-    assert mask is not None and mask.shape == (2, 1, 3, 3)
+    assert mask is not None
+    assert mask.shape == (2, 1, 3, 3)
     assert mask[0, 0].tolist() == [[Y, N, N], [Y, Y, N], [Y, Y, Y]]
     assert mask[1, 0].tolist() == [[Y, N, N], [Y, Y, N], [Y, Y, N]]
 
@@ -56,7 +59,8 @@ def test_attention_mask_causal_and_padding_combine() -> None:
 def test_attention_mask_single_query_keeps_padding() -> None:
     key_mask = torch.tensor([[Y, N]])
     mask = attention_mask(key_mask, causal=True, q_len=1, k_len=2, device=CPU)
-    assert mask is not None and mask.view(-1).tolist() == [Y, N]
+    assert mask is not None
+    assert mask.view(-1).tolist() == [Y, N]
 
 
 # --------------------------------------------------------------------------- kernels
@@ -106,4 +110,5 @@ def test_output_loss_is_the_label_smoothed_loss_of_the_logits(eps: float) -> Non
     want_loss, want_nll = smoothed_loss(hidden @ weight.T, target, eps)
     torch.testing.assert_close(loss, want_loss)
     torch.testing.assert_close(nll, want_nll)
-    assert loss.requires_grad and not nll.requires_grad
+    assert loss.requires_grad
+    assert not nll.requires_grad

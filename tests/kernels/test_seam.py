@@ -20,8 +20,7 @@ from seq2seq.data.tokenizer import BOS_ID
 from seq2seq.decode.search import greedy_search
 from seq2seq.kernels import onednn
 from seq2seq.model.layers import MultiHeadAttention
-from seq2seq.model.positional import build_positional
-from seq2seq.model.transformer import EncoderDecoder
+from seq2seq.model.transformer import EncoderDecoder, build_positional
 from tests.conftest import MakeModel, MakeSources, tiny_pos_config
 
 ALL_KINDS = list(PosKind)
@@ -93,9 +92,11 @@ def test_setup_keeps_freed_memory_for_cpu_training_only(monkeypatch: pytest.Monk
     monkeypatch.setattr(kernels, "keep_freed_memory", lambda: calls.append("malloc") or True)
     kernels.setup_process(torch.device("cpu"), training=False)
     kernels.setup_process(torch.device("cuda"), training=True)
-    assert calls == [] and kernels.get_mode() == "auto"
+    assert calls == []
+    assert kernels.get_mode() == "auto"
     kernels.setup_process(torch.device("cpu"), training=True, mode="reference")
-    assert calls == ["malloc"] and kernels.get_mode() == "reference"
+    assert calls == ["malloc"]
+    assert kernels.get_mode() == "reference"
 
 
 # --------------------------------------------------------------------------- auto = reference
@@ -146,7 +147,8 @@ def test_dropout_agrees_in_shape_and_scale(p: float) -> None:
         with kernels.use(mode):
             assert kernels.dropout(x, p, training=False) is x
             out = kernels.dropout(x, p, training=True)
-        assert out.shape == x.shape and out.dtype == x.dtype
+        assert out.shape == x.shape
+        assert out.dtype == x.dtype
         assert abs(out.eq(0).float().mean().item() - p) < 0.01
         torch.testing.assert_close(
             out[out.ne(0)].max(), torch.tensor(1 / (1 - p)), rtol=1e-4, atol=0
@@ -190,7 +192,8 @@ def test_output_loss_and_gradients_agree(autocast: bool) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             loss, nll = kernels.output_loss(h, w, target, 0.1)
         (loss * 0.5).backward()
-        assert loss.dtype == torch.float32 and not nll.requires_grad
+        assert loss.dtype == torch.float32
+        assert not nll.requires_grad
         return [loss, nll, h.grad, w.grad]  # type: ignore[list-item]
 
     out = both_modes(loss_and_grads)

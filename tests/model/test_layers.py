@@ -19,7 +19,8 @@ from seq2seq.model.layers import (
     MultiHeadAttention,
     Residual,
 )
-from seq2seq.model.positional import ALiBi, PositionalEncoding, ShawRelative
+from seq2seq.model.positional import PositionalEncoding
+from seq2seq.model.relative import ALiBi, ShawRelative
 
 Y, N = True, False  # short names keep the mask tables readable
 
@@ -34,7 +35,7 @@ def reference_attention(
     slopes: torch.Tensor | None,
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(Dh) - slope * |i - j|, masked) v, written out with loops over heads."""
-    b, t, d = x.shape
+    b, t, _d = x.shape
     h, dh = attn.n_heads, attn.head_dim
     q = attn.q_proj(x)
     k, v = attn.kv_proj(x).chunk(2, dim=-1)
@@ -216,7 +217,9 @@ def filled_cache(rows: int, steps: int, capacity: int = 0) -> LayerCache:
 @pytest.mark.parametrize("capacity", [0, 2, 8], ids=["grow-from-empty", "grow", "preallocated"])
 def test_layer_cache_append_keeps_every_step(capacity: int) -> None:
     cache = filled_cache(rows=2, steps=5, capacity=capacity)
-    assert cache.length == 5 and cache.self_k is not None and cache.self_v is not None
+    assert cache.length == 5
+    assert cache.self_k is not None
+    assert cache.self_v is not None
     assert cache.self_k.shape == (2, 1, 5, 1)
     assert cache.self_k.flatten(1).tolist() == [[0, 1, 2, 3, 4], [10, 11, 12, 13, 14]]
     torch.testing.assert_close(cache.self_v, -cache.self_k)
@@ -225,7 +228,8 @@ def test_layer_cache_append_keeps_every_step(capacity: int) -> None:
 def test_layer_cache_append_returns_the_whole_history() -> None:
     cache = filled_cache(rows=1, steps=2, capacity=4)
     k, v = cache.append(torch.full((1, 1, 2, 1), 7.0), torch.zeros(1, 1, 2, 1))
-    assert k.flatten().tolist() == [0.0, 1.0, 7.0, 7.0] and v.shape == (1, 1, 4, 1)
+    assert k.flatten().tolist() == [0.0, 1.0, 7.0, 7.0]
+    assert v.shape == (1, 1, 4, 1)
 
 
 def test_layer_cache_reorder_rows_and_sentences() -> None:
@@ -235,12 +239,14 @@ def test_layer_cache_reorder_rows_and_sentences() -> None:
     cache.cross_k = torch.arange(2.0).view(2, 1, 1, 1) * 100  # 2 sentences
     cache.cross_v = -cache.cross_k
     cache.reorder(torch.tensor([2, 2, 0]))
-    assert cache.self_k is not None and cache.cross_k is not None
+    assert cache.self_k is not None
+    assert cache.cross_k is not None
     assert cache.self_k.flatten(1).tolist() == [[20, 21], [20, 21], [0, 1]]
     assert cache.cross_k.flatten().tolist() == [0.0, 100.0]
     cache.reorder(torch.tensor([1]), sentences=torch.tensor([1]))
     assert cache.cross_k.flatten().tolist() == [100.0]
-    assert cache.cross_v is not None and cache.cross_v.flatten().tolist() == [-100.0]
+    assert cache.cross_v is not None
+    assert cache.cross_v.flatten().tolist() == [-100.0]
     cache.append(torch.full((1, 1, 1, 1), 5.0), torch.zeros(1, 1, 1, 1))
     assert cache.self_k.flatten().tolist() == [20.0, 21.0, 5.0]
 
@@ -254,8 +260,10 @@ def test_decoder_layer_cache_matches_full() -> None:
     cache = LayerCache()
     steps = [layer(x[:, i : i + 1], memory, src_mask, cache) for i in range(5)]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-4)
-    assert cache.self_k is not None and cache.self_k.shape == (2, 4, 5, 4)
-    assert cache.cross_k is not None and cache.cross_k.shape == (2, 4, 4, 4)
+    assert cache.self_k is not None
+    assert cache.self_k.shape == (2, 4, 5, 4)
+    assert cache.cross_k is not None
+    assert cache.cross_k.shape == (2, 4, 4, 4)
 
 
 def test_decoder_layer_hypotheses_share_memory_rows() -> None:
@@ -270,7 +278,8 @@ def test_decoder_layer_hypotheses_share_memory_rows() -> None:
     cache = LayerCache()
     steps = [layer(x[:, i : i + 1], memory, src_mask, cache) for i in range(3)]
     torch.testing.assert_close(torch.cat(steps, 1), want, atol=1e-5, rtol=1e-4)
-    assert cache.cross_k is not None and cache.cross_k.size(0) == 2
+    assert cache.cross_k is not None
+    assert cache.cross_k.size(0) == 2
     with pytest.raises(ValueError, match="5 decoder rows"):
         layer(x[:5], memory, src_mask)
 

@@ -14,25 +14,18 @@ from omegaconf import OmegaConf
 
 from seq2seq.config.schema import PosEncodingConfig, PosKind, config_from_dict
 from seq2seq.data.tokenizer import BOS_ID, PAD_ID
-from seq2seq.model.positional import (
-    BUILDERS,
-    SHARED_BY_DEFAULT,
+from seq2seq.model.absolute import Learned, Rotary, Sinusoidal, sinusoid_table
+from seq2seq.model.positional import PerLayer, PositionalEncoding
+from seq2seq.model.relative import (
     ALiBi,
     Fire,
     Kerple,
-    Learned,
-    PerLayer,
-    PositionalEncoding,
-    Rotary,
     ShawRelative,
-    Sinusoidal,
     T5Bias,
     alibi_slopes,
-    build_positional,
-    sinusoid_table,
     t5_bucket,
 )
-from seq2seq.model.transformer import EncoderDecoder
+from seq2seq.model.transformer import BUILDERS, SHARED_BY_DEFAULT, EncoderDecoder, build_positional
 from tests.conftest import tiny_pos_config
 
 MakeModel = Callable[..., EncoderDecoder]
@@ -56,7 +49,8 @@ def yaml_sides(path: Path) -> Sides:
     sides = (values.get("encoder_pos") or both, values.get("decoder_pos") or both)
     merged = (OmegaConf.merge(OmegaConf.structured(tiny_pos_config(s["kind"])), s) for s in sides)
     enc, dec = (OmegaConf.to_object(m) for m in merged)
-    assert isinstance(enc, PosEncodingConfig) and isinstance(dec, PosEncodingConfig)
+    assert isinstance(enc, PosEncodingConfig)
+    assert isinstance(dec, PosEncodingConfig)
     return enc, dec
 
 
@@ -192,7 +186,8 @@ def test_t5_buckets_match_reference(bidirectional: bool) -> None:
     got = t5_bucket(rel, bidirectional, num_buckets=32, max_distance=128)
     want = hf_relative_position_bucket(rel, bidirectional, num_buckets=32, max_distance=128)
     assert torch.equal(got, want)
-    assert int(got.max()) == 31 and int(got.min()) == 0
+    assert int(got.max()) == 31
+    assert int(got.min()) == 0
     if not bidirectional:  # keys after the query (rel > 0) are never seen: they share bucket 0
         assert torch.all(got[rel >= 0] == 0)
 
@@ -212,7 +207,8 @@ def test_t5_table_starts_as_t5s_unless_zero_init_is_asked() -> None:
     torch.manual_seed(0)
     cfg = PosEncodingConfig(kind=PosKind.t5_bias, num_buckets=64)
     table = build_positional(cfg, d_model=64, n_heads=8, causal=False).table.weight  # 512 draws
-    assert table.mean().abs() < 0.03 and 0.11 < table.std() < 0.14  # N(0, 64^-0.5 = 0.125)
+    assert table.mean().abs() < 0.03
+    assert 0.11 < table.std() < 0.14  # N(0, 64^-0.5 = 0.125)
     cfg.t5_zero_init = True
     zeros = build_positional(cfg, d_model=64, n_heads=8, causal=False).table.weight
     assert torch.all(zeros == 0)
@@ -290,7 +286,8 @@ def test_forward_backward_gradients(
         assert torch.isfinite(p.grad).all(), f"{name} has a non-finite gradient"
     for stack, side in zip((model.enc_pos, model.dec_pos), VARIANTS[variant], strict=True):
         for name, p in stack.named_parameters():
-            assert p.grad is not None and p.grad.abs().sum() > 0, f"{variant}: {name}"
+            assert p.grad is not None, f"{variant}: {name}"
+            assert p.grad.abs().sum() > 0, f"{variant}: {name}"
         assert bool(list(stack.parameters())) == (side.kind in HAS_PARAMS)
 
 
@@ -317,7 +314,8 @@ def test_incremental_decoding_matches_full_recomputation(
         for size in chunks:  # first, so that the sinusoid table grows while decoding step by step
             parts.append(model.decode(tgt_in[:, start : start + size], memory, src_mask, cache))
             start += size
-            assert cache[0].self_k is not None and cache[0].self_k.size(2) == start
+            assert cache[0].self_k is not None
+            assert cache[0].self_k.size(2) == start
         full = model.decode(tgt_in, memory, src_mask)
     torch.testing.assert_close(torch.cat(parts, dim=1), full, **CACHE_TOL)
 
@@ -385,7 +383,7 @@ def test_share_layers_chooses_one_table_per_stack_or_per_layer(kind: str) -> Non
         assert all(type(p) is type(pos.layer(0)) is not PerLayer for p in layers)
         assert len({id(p) for p in layers}) == (1 if share else 3)
         tables = {id(t) for p in layers for t in p.parameters()}
-        assert len(tables) == len(list(pos.parameters())) * (1 if share else 1)
+        assert len(tables) == len(list(pos.parameters()))
         assert len(list(pos.parameters())) == len(list(layers[0].parameters())) * (
             1 if share else 3
         )
@@ -395,7 +393,8 @@ def test_per_layer_shaw_tables_reach_each_layers_attention(make_model: MakeModel
     enc, dec = tiny_pos_config("relative"), tiny_pos_config("relative")
     model = make_model((enc, dec), layers=2)
     attn = [layer.self_attn.pos for layer in [*model.encoder, *model.decoder]]
-    assert all(isinstance(p, ShawRelative) for p in attn) and len({id(p) for p in attn}) == 4
+    assert all(isinstance(p, ShawRelative) for p in attn)
+    assert len({id(p) for p in attn}) == 4
     assert not torch.equal(attn[0].keys.weight, attn[1].keys.weight)
     enc.share_layers = dec.share_layers = True
     shared = make_model((enc, dec), layers=2)
@@ -413,7 +412,8 @@ def test_old_checkpoint_configs_keep_shaw_tables_shared() -> None:
     old = config_from_dict({"pos_encoding": {"kind": "relative", "clip": 8}})
     assert old.pos_encoding.share_layers is True
     side = config_from_dict({"pos_encoding": {"kind": "rope"}, "decoder_pos": {"kind": "relative"}})
-    assert side.pos_encoding.share_layers is None and side.decoder_pos is not None
+    assert side.pos_encoding.share_layers is None
+    assert side.decoder_pos is not None
     assert side.decoder_pos.share_layers is True
     new = config_from_dict({"pos_encoding": {"kind": "relative", "share_layers": None}})
     assert new.pos_encoding.share_layers is None
@@ -529,5 +529,7 @@ def test_new_variants_draw_a_heatmap(variant: str) -> None:
     """TensorBoard's heatmap (metrics.log_positional_images): a finite 2-D picture per stack."""
     for side, causal in zip(VARIANTS[variant], (False, True), strict=True):
         image = build_positional(side, 16, 4, causal, n_layers=2).image()
-        assert image is not None and image.dim() == 2 and image.size(1) > 1
+        assert image is not None
+        assert image.dim() == 2
+        assert image.size(1) > 1
         assert torch.isfinite(image).all()

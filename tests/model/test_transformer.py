@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from seq2seq import kernels
 from seq2seq.config.schema import ModelConfig, PosKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.model.positional import PositionalEncoding, sinusoid_table
+from seq2seq.model.absolute import sinusoid_table
+from seq2seq.model.positional import PositionalEncoding
 from seq2seq.model.transformer import EncoderDecoder
 from tests.references import smoothed_loss
 
@@ -106,7 +107,8 @@ def test_tied_and_shared_embeddings(make_model: MakeModel) -> None:
     assert model.out.weight is model.tgt_embed.weight
     assert model.src_embed.weight is model.tgt_embed.weight
     params = dict(model.named_parameters())
-    assert "out.weight" not in params and "tgt_embed.weight" not in params  # counted once
+    assert "out.weight" not in params
+    assert "tgt_embed.weight" not in params  # counted once
     assert model.num_params() == sum(p.numel() for p in params.values())
 
 
@@ -114,7 +116,8 @@ def test_tied_output_without_shared_embeddings(make_model: MakeModel) -> None:
     model = make_model(tie_output=True, share_embeddings=False, vocab=20, tgt_vocab=30)
     assert model.out.weight is model.tgt_embed.weight
     assert model.src_embed.weight is not model.tgt_embed.weight
-    assert model.src_embed.num_embeddings == 20 and model.out.out_features == 30
+    assert model.src_embed.num_embeddings == 20
+    assert model.out.out_features == 30
 
 
 def test_untied_output(make_model: MakeModel) -> None:

@@ -207,7 +207,8 @@ def test_csv_bucket_sizes_and_job_columns(report: dict) -> None:
     assert not select(rows, seed="3")
     one = select(rows, encoding="rope", seed="2", split="test")
     sizes = {r["bucket"]: int(r["n_sentences"]) for r in one}
-    assert sizes["all"] == 20 and sum(n for b, n in sizes.items() if b != "all") == 20
+    assert sizes["all"] == 20
+    assert sum(n for b, n in sizes.items() if b != "all") == 20
     assert sizes["1"] == 4  # lines 0, 6, 12, 18 have one item
     assert {(r["params"], r["train_minutes"], r["train_tokens_per_s"]) for r in one} == {
         ("3000", "2.0", "500.0")
@@ -221,7 +222,8 @@ def test_markdown_main_table(report: dict) -> None:
     assert rope == ["rope", *["100.00 ± 0.00"] * 4, "2,000", "1.50", "500", "2"]
     override = md_row(md, OVERRIDE)
     values = [float(r["bleu"]) for r in select(rows, encoding=OVERRIDE, split="test", bucket="all")]
-    assert sorted(values)[1] == 100.0 and sorted(values)[0] < 5.0
+    assert sorted(values)[1] == 100.0
+    assert sorted(values)[0] < 5.0
     expected = f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}"
     assert override[1] == expected
     assert override[-1] == "2"
@@ -242,12 +244,15 @@ def test_markdown_bucket_tables(report: dict) -> None:
 def test_seed_noise_verdicts(report: dict) -> None:
     md = report["md"]
     noise = md[md.index("## Seed noise") : md.index("## Failed")]
-    assert "Welch" in noise and "|t| > 2" in noise
+    assert "Welch" in noise
+    assert "|t| > 2" in noise
     assert "**test**: best is **rope**" in noise
     sin = md_row(noise, "sinusoidal", "**test**")
-    assert sin[2].startswith("-") and sin[4] == "yes"
+    assert sin[2].startswith("-")
+    assert sin[4] == "yes"
     override = md_row(noise, OVERRIDE, "**test**")
-    assert abs(float(override[3])) < 2 and override[4].startswith("no")
+    assert abs(float(override[3])) < 2
+    assert override[4].startswith("no")
 
 
 def test_failed_jobs_and_signature_reported(report: dict) -> None:
@@ -261,7 +266,8 @@ def test_failed_jobs_and_signature_reported(report: dict) -> None:
 
 def test_png_is_written(report: dict) -> None:
     png = (report["out"] / "bleu_by_length.png").read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(png) > 1000
 
 
 def test_single_seed_noise_cannot_be_estimated(tmp_path: Path) -> None:
@@ -286,7 +292,8 @@ def test_only_unfinished_jobs_is_an_error(tmp_path: Path, capsys: pytest.Capture
     sweep = make_sweep(tmp_path, [JOBS[-1]])
     assert cr.main([str(sweep)]) == 1
     err = capsys.readouterr().err
-    assert "no finished job" in err and "0_pos_encoding=sinusoidal,trainer.seed=3" in err
+    assert "no finished job" in err
+    assert "0_pos_encoding=sinusoidal,trainer.seed=3" in err
 
 
 def test_latest_picks_the_newest_multirun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -376,7 +383,8 @@ def test_tokens_mode_compares_with_the_baseline(tmp_path: Path) -> None:
     assert md_row(md, "rope", "## Runs") == ["rope", "1", "100", "bf16", "1.5", "2.0", "no"]
     assert cr.main(args) == 0  # without a baseline the best (rope) is the reference
     plain = (out / "comparison.md").read_text()
-    assert "Δ vs rope" in plain and "Δ vs sinusoidal" not in plain
+    assert "Δ vs rope" in plain
+    assert "Δ vs sinusoidal" not in plain
 
 
 def test_tokens_mode_notes_a_run_without_length_results(tmp_path: Path) -> None:

@@ -93,7 +93,8 @@ def test_number_pairs_exclude_and_exhaustion() -> None:
 def test_write_dataset_counts(fresh: tuple[Path, dict[str, int]]) -> None:
     _, counts = fresh
     assert counts == {name: count for name, count, *_ in SPLITS}
-    assert counts["train"] >= 10_000 and counts["test_long"] > 0
+    assert counts["train"] >= 10_000
+    assert counts["test_long"] > 0
 
 
 def test_splits_disjoint(splits: dict[str, list[tuple[str, str]]]) -> None:

@@ -92,7 +92,8 @@ def test_results_hold_the_long_split_and_the_buckets(swept: Path) -> None:
     corpus = load_corpus(compose_train(["experiment=pos_multi30k", *overrides(swept)]))
     lens = [len(ids) for name in ("test", "valid") for ids in corpus.evals[name].src_ids]
     length = results(swept, "sinusoidal_seed1")["length"]
-    assert length["splits"] == ["test", "valid"] and length["max_src_len"] == CAP
+    assert length["splits"] == ["test", "valid"]
+    assert length["max_src_len"] == CAP
     assert length["all"]["n"] == SIZES["test"] + SIZES["valid"]
     assert length["long"]["n"] == sum(n > CAP for n in lens) > 0
     buckets = token_buckets(CAP)
@@ -101,13 +102,15 @@ def test_results_hold_the_long_split_and_the_buckets(swept: Path) -> None:
         want[token_bucket(n, buckets)] = want.get(token_bucket(n, buckets), 0) + 1
     assert {b: c["n"] for b, c in length["buckets"].items()} == want
     for cell in [length["all"], length["long"], *length["buckets"].values()]:
-        assert 0 <= cell["bleu"] <= 100 and 0 <= cell["chrf"] <= 100
+        assert 0 <= cell["bleu"] <= 100
+        assert 0 <= cell["chrf"] <= 100
 
 
 def test_rerun_skips_finished_resumes_unfinished_and_reports_failures(swept: Path) -> None:
     runs = swept / "sweep"
     finished = snapshot(runs / "sinusoidal_seed1")
-    assert ".hydra/config.yaml" in finished and "results.json" in finished
+    assert ".hydra/config.yaml" in finished
+    assert "results.json" in finished
     # rope as if killed after step 4: its later checkpoints and results gone
     rope = runs / "rope_seed1" / "checkpoints"
     shutil.copy(rope / "last.pt", swept / "rope_step8.pt")
@@ -125,10 +128,12 @@ def test_rerun_skips_finished_resumes_unfinished_and_reports_failures(swept: Pat
     # the finished run: its log says so, and nothing else in its folder changed (.hydra/ too)
     assert snapshot(runs / "sinusoidal_seed1") == finished
     log = (runs / "sinusoidal_seed1" / "train.log").read_text().splitlines()
-    assert "already finished" in log[-1] and "skipped" in log[-1]
+    assert "already finished" in log[-1]
+    assert "skipped" in log[-1]
     # the unfinished one continued from its own checkpoint, to the same weights
     resumed = results(swept, "rope_seed1")
-    assert resumed["resumed_from"] == str(rope / "step_4.pt") and resumed["steps"] == 8
+    assert resumed["resumed_from"] == str(rope / "step_4.pt")
+    assert resumed["steps"] == 8
     assert_same_weights(swept / "rope_step8.pt", rope / "last.pt")
     assert not (runs / "alibi_seed1" / "results.json").exists()
 
@@ -143,8 +148,10 @@ def test_compare_runs_reads_the_length_results(swept: Path, tmp_path: Path) -> N
     long = results(swept, "rope_seed1")["length"]["long"]
     row = next(ln for ln in md.splitlines() if ln.startswith("| rope |"))
     assert f"| {long['bleu']:.2f} |" in row  # BLEU on the long split, first column
-    assert f"**long (> {CAP} tokens)**" in md and "Δ vs sinusoidal" in md
-    assert "## Learning curves" in md and "## Runs" in md
+    assert f"**long (> {CAP} tokens)**" in md
+    assert "Δ vs sinusoidal" in md
+    assert "## Learning curves" in md
+    assert "## Runs" in md
     assert (tmp_path / "valid_bleu_by_step.png").stat().st_size > 0
 
 
@@ -159,7 +166,8 @@ def test_attention_pictures_of_the_best_and_the_worst(swept: Path, tmp_path: Pat
     proc = subprocess.run([*cmd, "--min-tokens", "3"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     ranked = [line.split(":")[1].split("(")[0].strip() for line in proc.stdout.splitlines()[:2]]
-    assert proc.stdout.startswith("best: ") and sorted(ranked) == ["rope", "sinusoidal"]
+    assert proc.stdout.startswith("best: ")
+    assert sorted(ranked) == ["rope", "sinusoidal"]
     assert png.stat().st_size > 0
     assert list((swept / "sweep" / "attention_tb").glob("events.out.tfevents.*"))
 

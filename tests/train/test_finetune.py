@@ -46,7 +46,9 @@ def test_a_finetuning_run_starts_at_step_0_from_the_source_weights(
         compose_train(overrides(source)), source / "source", find_checkpoint("auto", path.parent)
     )
     try:
-        assert tuned.state.step == 0 and tuned.state.epoch == 0 and resumed.state.step == 12
+        assert tuned.state.step == 0
+        assert tuned.state.epoch == 0
+        assert resumed.state.step == 12
         for name, tensor in resumed.model.state_dict().items():
             assert torch.equal(tensor, tuned.model.state_dict()[name]), name
         assert tuned.validate()["loss"] == pytest.approx(resumed.validate()["loss"], rel=1e-6)
@@ -70,20 +72,22 @@ def test_a_finetuning_run_logs_its_source_and_resumes(
     assert any("step 0 (the weights of" in r.getMessage() for r in caplog.records)
     results = json.loads((tmp_path / "tuned" / "results.json").read_text())
     path = source / "source" / "checkpoints" / "last.pt"
-    assert results["init_from"]["path"] == str(path) and len(results["init_from"]["sha256"]) == 64
+    assert results["init_from"]["path"] == str(path)
+    assert len(results["init_from"]["sha256"]) == 64
     assert results["steps"] == 4
     steps = [json.loads(line) for line in (tmp_path / "tuned" / "train_log.jsonl").open()]
-    assert [r["step"] for r in steps if r.get("type") == "train"][0] == 1  # from step 0
+    assert next(r["step"] for r in steps if r.get("type") == "train") == 1  # from step 0
     more = overrides(source, "trainer.max_steps=6")
     train(compose_train(more), tmp_path / "tuned", more)  # resumes the fine-tuning run
     resumed = json.loads((tmp_path / "tuned" / "results.json").read_text())
-    assert resumed["steps"] == 6 and resumed["resumed_from"].endswith("last.pt")
+    assert resumed["steps"] == 6
+    assert resumed["resumed_from"].endswith("last.pt")
 
 
 def test_a_conflicting_model_override_is_refused(source: Path) -> None:
     src = load_source(str(source / "source" / "checkpoints" / "last.pt"))
     cfg = compose_train(overrides(source, "model.d_model=64"))
-    with pytest.raises(ConfigError, match="model.d_model is 64 on the command line but 32"):
+    with pytest.raises(ConfigError, match=r"model\.d_model is 64 on the command line but 32"):
         check_overrides(cfg, src, ["model.d_model=64"])
     check_overrides(compose_train(overrides(source)), src, ["model.d_model=32"])  # agrees
 
@@ -94,7 +98,7 @@ def test_a_checkpoint_of_another_vocabulary_is_a_clear_error(source: Path, tmp_p
     state["tokenizers"] = {side: {"kind": "char", "tokens": tokens} for side in ("src", "tgt")}
     torch.save(state, tmp_path / "other.pt")
     cfg = compose_train([*overrides(source), f"trainer.init_from={tmp_path / 'other.pt'}"])
-    with pytest.raises(CheckpointError, match="other.pt: its weights do not fit"):
+    with pytest.raises(CheckpointError, match=r"other\.pt: its weights do not fit"):
         build_trainer(cfg, tmp_path / "tuned")
 
 

@@ -62,7 +62,8 @@ def test_the_settings_are_the_runs(run: Path) -> None:
     assert start["train_max_src_len"].number_value == CAP
     assert start["precision"].string_value == results["precision"] == "fp32"
     assert start["params"].number_value == results["params"] > 0
-    assert start["d_model"].number_value == 32 and start["layers"].string_value == "1+1"
+    assert start["d_model"].number_value == 32
+    assert start["layers"].string_value == "1+1"
 
 
 def test_the_metrics_are_the_final_scores(run: Path) -> None:

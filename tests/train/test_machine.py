@@ -16,13 +16,15 @@ def test_describe_names_the_cpu_cores_and_torch() -> None:
     info = machine.describe()
     assert info["cores"] == os.cpu_count()
     assert info["torch"] == torch.__version__
-    assert isinstance(info["cpu_model"], str) and info["cpu_model"]
+    assert isinstance(info["cpu_model"], str)
+    assert info["cpu_model"]
     if Path("/proc/cpuinfo").exists():
         text = Path("/proc/cpuinfo").read_text()
         assert f": {info['cpu_model']}" in text
         assert f": {info['cpu_vendor']}" in text
     line = machine.summary(info)
-    assert str(info["cpu_model"]) in line and f"{info['cores']} cores" in line
+    assert str(info["cpu_model"]) in line
+    assert f"{info['cores']} cores" in line
 
 
 def test_importing_it_loads_no_torch() -> None:

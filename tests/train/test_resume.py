@@ -104,18 +104,22 @@ def results(run_dir: Path) -> object:
 def assert_same_tree(want: object, got: object, where: str = "") -> None:
     """Equal nested dicts, lists and plain values, with bit-identical tensors (dtype included)."""
     if isinstance(want, torch.Tensor):
-        assert isinstance(got, torch.Tensor) and want.dtype == got.dtype, where
+        assert isinstance(got, torch.Tensor), where
+        assert want.dtype == got.dtype, where
         assert torch.equal(want, got), where
     elif isinstance(want, dict):
-        assert isinstance(got, dict) and want.keys() == got.keys(), where
+        assert isinstance(got, dict), where
+        assert want.keys() == got.keys(), where
         for key, value in want.items():
             assert_same_tree(value, got[key], f"{where}[{key!r}]")
     elif isinstance(want, (list, tuple)):
-        assert type(got) is type(want) and len(got) == len(want), where
+        assert type(got) is type(want), where
+        assert len(got) == len(want), where
         for i, (x, y) in enumerate(zip(want, got, strict=True)):
             assert_same_tree(x, y, f"{where}[{i}]")
     else:
-        assert type(got) is type(want) and got == want, (where, want, got)
+        assert type(got) is type(want), (where, want, got)
+        assert got == want, (where, want, got)
 
 
 def assert_same_run(straight: Straight, run_dir: Path) -> None:
@@ -296,7 +300,8 @@ def test_sigterm_saves_then_resume_is_exact(straight: Straight, tmp_path: Path) 
     child = start_child(straight.overrides, run_dir, pause_at=5, action="SIGTERM")
     out, _ = child.communicate(timeout=600)
     assert child.returncode == 128 + signal.SIGTERM, out
-    assert "SIGTERM" in out and f"make resume RUN={run_dir}" in out
+    assert "SIGTERM" in out
+    assert f"make resume RUN={run_dir}" in out
     assert step_of(run_dir / "checkpoints" / "last.pt") == 6  # the current step was finished
     assert not (run_dir / "checkpoints" / "step_6.pt").exists()  # only last.pt is written
     train(straight.cfg, run_dir)
@@ -334,7 +339,8 @@ def test_ctrl_c_saves_then_resume_is_exact(
     monkeypatch.setattr(Trainer, "train_step", press_ctrl_c)
     with pytest.raises(TrainingInterrupted) as stop:
         train(straight.cfg, run_dir)
-    assert stop.value.code == 128 + signal.SIGINT and "SIGINT" in str(stop.value)
+    assert stop.value.code == 128 + signal.SIGINT
+    assert "SIGINT" in str(stop.value)
     assert signal.getsignal(signal.SIGINT) is sigint_handler  # the one before the run
     assert step_of(run_dir / "checkpoints" / "last.pt") == 10
     monkeypatch.undo()
@@ -448,12 +454,12 @@ def test_malicious_checkpoint_is_not_resumed(straight: Straight, tmp_path: Path)
     with pytest.raises(CheckpointError, match=r"last\.pt: cannot be loaded safely"):
         train(explicit, tmp_path / "other")
     assert not marker.exists()
-    pickle.loads((ckpts / "last.pt").read_bytes())  # noqa: S301 - the payload is live
+    pickle.loads((ckpts / "last.pt").read_bytes())  # the payload is live
     assert marker.exists()
 
 
 @pytest.mark.parametrize(
-    "override,key",
+    ("override", "key"),
     [
         ("model.d_model=64", "model.d_model"),
         ("pos_encoding=rope", "pos_encoding.kind"),
@@ -476,7 +482,8 @@ def test_resume_refuses_config_changes(
     with pytest.raises(ResumeError) as err:
         train(compose_train([*straight.overrides, override]), run_dir)
     message = str(err.value)
-    assert f"{key}: " in message and str(run_dir / "checkpoints" / "last.pt") in message
+    assert f"{key}: " in message
+    assert str(run_dir / "checkpoints" / "last.pt") in message
     assert (run_dir / "checkpoints" / "last.pt").read_bytes() == before
 
 
@@ -531,7 +538,7 @@ def test_resume_refuses_changed_data(straight: Straight, tmp_path: Path) -> None
     lines = (data / "train.de").read_text(encoding="utf-8").splitlines()
     lines[4] = "dreizehn"
     (data / "train.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with pytest.raises(ResumeError, match="data under .* changed"):
+    with pytest.raises(ResumeError, match=r"data under .* changed"):
         train(compose_train([*straight.overrides, f"data.root={data}"]), run_dir)
 
 
@@ -557,10 +564,12 @@ def test_second_run_on_the_same_dir_fails_at_once(straight: Straight, tmp_path: 
         text=True,
     )
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(RunDirError) as err:
             train(straight.cfg, run_dir)
-        assert str(run_dir) in str(err.value) and f"pid {holder.pid}" in str(err.value)
+        assert str(run_dir) in str(err.value)
+        assert f"pid {holder.pid}" in str(err.value)
         assert not (run_dir / "checkpoints").exists()  # failed before anything else
     finally:
         holder.kill()
@@ -572,14 +581,16 @@ def test_python_random_state_is_stored_as_plain_values(tmp_path: Path) -> None:
     torch.manual_seed(7)
     state = rng_state()
     python = state["python"]
-    assert isinstance(python["internal"], list) and all(type(x) is int for x in python["internal"])
+    assert isinstance(python["internal"], list)
+    assert all(type(x) is int for x in python["internal"])
     save_checkpoint({"model": {}, "rng": state}, tmp_path / "rng.pt")
     want = (random.random(), torch.rand(3))
     random.seed(1)
     torch.manual_seed(1)
     restore_rng(load_checkpoint(tmp_path / "rng.pt")["rng"])  # weights_only=True loads it
     got = (random.random(), torch.rand(3))
-    assert got[0] == want[0] and torch.equal(got[1], want[1])
+    assert got[0] == want[0]
+    assert torch.equal(got[1], want[1])
 
 
 def test_make_resume_reuses_the_saved_overrides(tmp_path: Path) -> None:
@@ -591,7 +602,7 @@ def test_make_resume_reuses_the_saved_overrides(tmp_path: Path) -> None:
     merged = merge_overrides(saved_overrides(tmp_path), ["model=base", "trainer.max_steps=9"])
     assert merged == ["data.root=a b,c", "model=base", "trainer.max_steps=9"]
     assert merge_overrides(["+a=1", "b=2"], ["a=3"]) == ["b=2", "a=3"]
-    with pytest.raises(ResumeError, match="overrides.yaml not found"):
+    with pytest.raises(ResumeError, match=r"overrides\.yaml not found"):
         saved_overrides(tmp_path / "elsewhere")
 
 

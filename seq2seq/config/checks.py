@@ -1,0 +1,168 @@
+"""The range checks the schemas' types cannot express, and the merge of decoding settings.
+
+Each error is a ConfigError naming the full key, its value and the valid range, so a bad value
+stops a run before it starts (seq2seq-train calls check_config first; the decoding entry points
+check_decode).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from seq2seq.config.schema import (
+    DataConfig,
+    DecodeConfig,
+    SearchKind,
+    TokenizerConfig,
+    TrainConfig,
+    TrainerConfig,
+)
+from seq2seq.errors import ConfigError
+
+
+def check_decode(cfg: DecodeConfig, prefix: str = "decode") -> None:
+    """Range checks the schema's types cannot express; errors name the key and the fix."""
+    _require(cfg.beam_size >= 1, f"{prefix}.beam_size", cfg.beam_size, "at least 1")
+    _require(cfg.nbest >= 1, f"{prefix}.nbest", cfg.nbest, "at least 1")
+    _require(
+        cfg.nbest <= cfg.beam_size or cfg.method != SearchKind.beam,
+        f"{prefix}.nbest",
+        cfg.nbest,
+        f"at most beam_size ({cfg.beam_size})",
+    )
+    _require(cfg.max_len_a >= 0, f"{prefix}.max_len_a", cfg.max_len_a, "0 or more")
+    _require(cfg.max_len_b >= 0, f"{prefix}.max_len_b", cfg.max_len_b, "0 or more")
+    _require(
+        cfg.max_len_a > 0 or cfg.max_len_b > 0,
+        f"{prefix}.max_len_b",
+        cfg.max_len_b,
+        "above 0 when max_len_a is 0",
+    )
+    _require(cfg.batch_size >= 1, f"{prefix}.batch_size", cfg.batch_size, "at least 1")
+    _require(cfg.temperature > 0, f"{prefix}.temperature", cfg.temperature, "above 0")
+    _require(cfg.top_k >= 0, f"{prefix}.top_k", cfg.top_k, "0 (all tokens) or more")
+    _require(0 < cfg.top_p <= 1, f"{prefix}.top_p", cfg.top_p, "in (0, 1]")
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """Reject values that would fail (or silently misbehave) deep inside training."""
+    m, t, d = cfg.model, cfg.trainer, cfg.data
+    _require(
+        m.d_model % m.n_heads == 0,
+        "model.d_model",
+        m.d_model,
+        f"a multiple of model.n_heads ({m.n_heads})",
+    )
+    for key, value in [
+        ("model.enc_layers", m.enc_layers),
+        ("model.dec_layers", m.dec_layers),
+        ("model.d_ff", m.d_ff),
+        ("data.max_len", d.max_len),
+        ("trainer.max_tokens", t.max_tokens),
+        ("trainer.accum_steps", t.accum_steps),
+        ("trainer.valid_every", t.valid_every),
+        ("trainer.log_every", t.log_every),
+        ("tokenizer.vocab_size", cfg.tokenizer.vocab_size),
+    ]:
+        _require(value >= 1, key, value, "at least 1")
+    for key, share in [
+        ("model.dropout", m.dropout),
+        ("model.attn_dropout", m.attn_dropout),
+        ("model.ffn_dropout", m.ffn_dropout),
+        ("trainer.label_smoothing", t.label_smoothing),
+    ]:
+        _require(0.0 <= share < 1.0, key, share, "in [0, 1)")
+    _require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "above 0")
+    _require(cfg.optim.warmup_steps >= 0, "optim.warmup_steps", cfg.optim.warmup_steps, "0 or more")
+    _require(cfg.optim.clip_norm >= 0, "optim.clip_norm", cfg.optim.clip_norm, "0 or more")
+    _require(len(cfg.optim.betas) == 2, "optim.betas", cfg.optim.betas, "two numbers")
+    _require(
+        not m.share_embeddings or cfg.tokenizer.joint,
+        "model.share_embeddings",
+        True,
+        "false when tokenizer.joint is false (two vocabularies)",
+    )
+    check_data(d, cfg.tokenizer)
+    check_trainer(t)
+    check_decode(cfg.decode)
+
+
+def check_data(d: DataConfig, tok: TokenizerConfig) -> None:
+    """Range checks of the data and tokenizer settings."""
+    _require(len(d.train) >= 1, "data.train", d.train, "at least one split name")
+    _require(
+        not d.weights or len(d.weights) == len(d.train),
+        "data.weights",
+        d.weights,
+        f"empty or one weight per data.train split ({len(d.train)})",
+    )
+    _require(all(w > 0 for w in d.weights), "data.weights", d.weights, "above 0 each")
+    _require(d.max_len < 1 << 16, "data.max_len", d.max_len, f"below {1 << 16}")
+    _require(d.workers >= 0, "data.workers", d.workers, "0 (one per core) or more")
+    _require(
+        d.train_max_src_len >= 0, "data.train_max_src_len", d.train_max_src_len, "0 (off) or more"
+    )
+    _require(
+        d.length_cap == 0 or d.train_max_src_len in (0, d.length_cap),
+        "data.length_cap",
+        d.length_cap,
+        f"0 or data.train_max_src_len ({d.train_max_src_len}) when training is capped",
+    )
+    _require(tok.sample_lines >= 1, "tokenizer.sample_lines", tok.sample_lines, "at least 1")
+
+
+def check_trainer(t: TrainerConfig) -> None:
+    """Range checks of the trainer settings (counts, limits, resume mode)."""
+    for key, value in [
+        ("trainer.max_steps", t.max_steps),
+        ("trainer.max_epochs", t.max_epochs),
+        ("trainer.max_bad_steps", t.max_bad_steps),
+    ]:
+        _require(value >= 1, key, value, "at least 1")
+    for key, amount in [
+        ("trainer.max_minutes", t.max_minutes),
+        ("trainer.threads", t.threads),
+        ("trainer.keep_last", t.keep_last),
+        ("trainer.patience", t.patience),
+        ("trainer.average_last", t.average_last),
+        ("trainer.valid_bleu_sentences", t.valid_bleu_sentences),
+    ]:
+        _require(amount >= 0, key, amount, "0 or more")
+    _require(
+        t.keep_last >= t.average_last,
+        "trainer.keep_last",
+        t.keep_last,
+        f"at least trainer.average_last ({t.average_last}) so that the checkpoints to "
+        "average are kept",
+    )
+    _require(
+        t.resume.strip() != "",
+        "trainer.resume",
+        t.resume,
+        "auto, never or the path of a checkpoint",
+    )
+
+
+def _require(ok: bool, key: str, value: object, expected: str) -> None:
+    if not ok:
+        raise ConfigError(f"config: {key}={value!r} is invalid; it must be {expected}")
+
+
+def merge_decode(
+    chosen: DecodeConfig, trained: DecodeConfig, overrides: list[str] | None
+) -> tuple[DecodeConfig, list[str]]:
+    """The decoding settings of a translation: the checkpoint's own (`trained`, those its run
+    was tested with) with what the command line changed taken from `chosen` (the composed
+    config). `overrides`: the command line's overrides, or None when the call came from Python
+    (then `chosen` is used whole). Returns the settings, range-checked, and the keys taken from
+    the command line. The Python API's Translator.settings applies keyword changes the same way.
+    """
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides or []]
+    if overrides is None or "decode" in keys:  # from Python, or a whole group (decode=beam)
+        merged, changed = chosen, ([] if overrides is None else ["decode"])
+    else:
+        fields = [k.split(".", 1)[1] for k in keys if k.startswith("decode.")]
+        merged = dataclasses.replace(trained, **{k: getattr(chosen, k) for k in fields})
+        changed = [f"decode.{k}" for k in fields]
+    check_decode(merged)
+    return merged, changed

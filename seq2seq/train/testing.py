@@ -1,0 +1,53 @@
+"""Scoring a trained checkpoint on the run's test splits, as seq2seq.train.run does at the end.
+
+Every test split is translated with the run's decoding settings, written to {split}{tag}.hyp and
+scored with sacreBLEU (BLEU, chrF, TER; case-insensitive BLEU too). With a length cap
+(data.train_max_src_len or data.length_cap) the test splits are also scored together by
+source-token bucket and on the "long" split (evaluation.scoring.length_generalization).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from seq2seq.config.schema import length_cap
+from seq2seq.decode.search import translate_ids
+from seq2seq.evaluation.scoring import format_scores, length_generalization, score
+from seq2seq.train.checkpoint import load_checkpoint, load_model_state
+from seq2seq.train.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+def score_checkpoint(
+    trainer: Trainer, path: Path, tag: str = ""
+) -> tuple[dict[str, dict[str, object]], dict[str, Any] | None]:
+    """The scores of checkpoint `path` on every test split, and its length-experiment scores
+    (None without a cap). Loads the checkpoint into the trainer's model; `tag` names the files
+    and the TensorBoard board (".average": the averaged checkpoint)."""
+    cfg = trainer.cfg
+    load_model_state(trainer.model, load_checkpoint(path, trainer.device)["model"], path)
+    results: dict[str, dict[str, object]] = {}
+    lens: list[int] = []  # source lengths, hypotheses, references over every test split
+    hyps: list[str] = []
+    refs: list[str] = []
+    for name in cfg.data.test:
+        data = trainer.splits[name]
+        out = translate_ids(trainer.model, data.src_ids, cfg.decode, cfg.data.max_len)
+        texts = [trainer.tgt_tok.decode(h[0].tokens) for h in out]
+        (trainer.run_dir / f"{name}{tag}.hyp").write_text("".join(t + "\n" for t in texts))
+        results[name] = score(texts, data.tgt_text, lowercase=True)
+        board = "test" if not tag else f"test{tag.replace('.', '_')}"
+        trainer.writer.add_scalar(f"{board}/{name}_bleu", results[name]["bleu"], trainer.state.step)
+        log.info("\n%s", format_scores(f"{name} [{path.name}]", results[name]))
+        lens.extend(len(ids) for ids in data.src_ids)
+        hyps.extend(texts)
+        refs.extend(data.tgt_text)
+    cap = length_cap(cfg.data)
+    if not (cap and hyps):
+        return results, None
+    length = {"splits": list(cfg.data.test), **length_generalization(lens, hyps, refs, cap)}
+    log.info("by source tokens [%s]: %s", path.name, length)
+    return results, length
