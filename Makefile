@@ -13,13 +13,19 @@ MULTI30K ?= data/multi30k
 # where data=multi30k reads from (make data writes to $(MULTI30K))
 MULTI30K_ROOT ?= ../shared/data/multi30k
 PAIR ?= en_de
+# make sweep / sweep-multi30k: Hydra multiruns over encoding x seed in a fixed folder (run again
+# to skip the finished runs and resume the others), SWEEP_JOBS runs at a time in processes of
+# their own (hydra/launcher=joblib) with SWEEP_THREADS torch threads each (cores / jobs)
 SWEEP_ENCODINGS ?= sinusoidal,learned,relative,t5_bias,alibi,rope,none,kerple,fire,alibi_directional,sin_enc_nope_dec
 SWEEP_SEEDS ?= 1,2,3
 SWEEP_ARGS ?= experiment=pos_sweep
-# make sweep-multi30k: every encoding x seed trained short on Multi30k, tested long (resumable)
+SWEEP_DIR ?= multirun/pos_sweep
+SWEEP_JOBS ?= 2
+SWEEP_THREADS ?= $(shell n=$$(( $$(nproc) / $(SWEEP_JOBS) )); echo $$(( n > 0 ? n : 1 )))
+SWEEP_LAUNCHER = hydra/launcher=joblib hydra.launcher.n_jobs=$(SWEEP_JOBS) trainer.threads=$(SWEEP_THREADS)
+# make sweep-multi30k: every encoding x seed trained short on Multi30k, tested long
 POS_M30K_DIR ?= multirun/pos_multi30k
 POS_M30K_SEEDS ?= 1,2
-POS_M30K_JOBS ?= 2
 POS_M30K_REPORT ?= docs/positional/multi30k
 LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)
 
@@ -56,15 +62,15 @@ export:  ## make export OUT=deploy/ct2 [CKPT=...] [ARGS="format=huggingface" or 
 	@test -n "$(OUT)" || { echo "usage: make export OUT=deploy/ct2 [CKPT=...] [ARGS=...]"; exit 1; }
 	$(PY) -m seq2seq.cli.export ckpt=$(CKPT) out=$(OUT) $(ARGS)
 
-sweep:  ## Hydra multirun over positional encodings x seeds, then a comparison table
-	$(PY) -m seq2seq.cli.train -m $(SWEEP_ARGS) pos_encoding=$(SWEEP_ENCODINGS) \
-		trainer.seed=$(SWEEP_SEEDS) trainer.progress=false $(ARGS)
-	$(PY) scripts/compare_runs.py --latest
+sweep:  ## every encoding x 3 seeds on the numbers task, a multirun in multirun/pos_sweep, 2 at a time (rerun: skips finished runs, resumes the others); a comparison
+	$(PY) -m seq2seq.cli.train -m $(SWEEP_ARGS) trainer.seed=$(SWEEP_SEEDS) \
+		pos_encoding=$(SWEEP_ENCODINGS) hydra.sweep.dir=$(SWEEP_DIR) $(SWEEP_LAUNCHER) $(ARGS)
+	$(PY) scripts/compare_runs.py $(SWEEP_DIR) --length-by items
 
-sweep-multi30k:  ## encodings x seeds on Multi30k, trained on sources <= 16 tokens, tested long; rerun to resume
-	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) scripts/sweep.py --dir $(POS_M30K_DIR) \
-		--encodings $(SWEEP_ENCODINGS) --seeds $(POS_M30K_SEEDS) --jobs $(POS_M30K_JOBS) \
-		-- experiment=pos_multi30k $(ARGS)
+sweep-multi30k:  ## every encoding x 2 seeds on Multi30k trained on sources <= 16 tokens, tested long: multirun/pos_multi30k (rerun to resume); the report
+	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) -m seq2seq.cli.train -m experiment=pos_multi30k \
+		trainer.seed=$(POS_M30K_SEEDS) pos_encoding=$(SWEEP_ENCODINGS) \
+		hydra.sweep.dir=$(POS_M30K_DIR) $(SWEEP_LAUNCHER) $(ARGS)
 	$(PY) scripts/compare_runs.py $(POS_M30K_DIR) --length-by tokens --baseline sinusoidal \
 		--curves --out $(POS_M30K_REPORT) --title "Positional encodings on Multi30k En-De, trained on sources of at most 16 tokens"
 	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) scripts/attention_long.py --sweep $(POS_M30K_DIR) \

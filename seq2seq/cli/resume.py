@@ -4,8 +4,10 @@ overrides the run was started with (plus any given), which resumes from its last
     python -m seq2seq.cli.resume RUN_DIR [key=value ...]
 
 Which checkpoint, and whether the config still fits it, is `resume.py`'s to decide, inside
-seq2seq-train. A user error prints one `error: <Type>: <message>` line and exits 1, as
-seq2seq-train does.
+seq2seq-train. A run of a sweep resumes too, even a finished one (its experiment's
+trainer.skip_finished is turned off): `make resume RUN=multirun/pos_sweep/rope_seed1
+ARGS="trainer.max_steps=1200"` trains it further. A user error prints one
+`error: <Type>: <message>` line and exits 1, as seq2seq-train does.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(USAGE)
     run_dir = Path(args[0])
     try:
-        overrides = merge_overrides(saved_overrides(run_dir), args[1:])
+        overrides = merge_overrides(saved_overrides(run_dir), ["trainer.skip_finished=false"])
+        overrides = merge_overrides(overrides, args[1:])
     except (UserError, OSError) as err:  # OSError: an unreadable overrides file
         fail(err)
     quoted = str(run_dir).replace("\\", "\\\\").replace("'", "\\'")

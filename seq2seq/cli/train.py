@@ -1,8 +1,15 @@
 """seq2seq-train: compose the training config with Hydra and run seq2seq.train.run.train.
 
 A user error (seq2seq.errors.UserError) prints one `error: <Type>: <message>` line and exits 1;
-in a Hydra multirun it marks that job failed and the sweep goes on. Ctrl-C or SIGTERM saves a
-checkpoint and exits with the signal's status (seq2seq/train/interrupt.py).
+in a Hydra multirun (`seq2seq-train -m`, on any launcher) it marks that job failed, the other
+jobs go on, and the sweep then ends with one `error:` line naming the first failed run's
+directory and exit status 1. Ctrl-C, SIGTERM or SIGUSR2 saves a checkpoint and exits with the
+signal's status (seq2seq/train/interrupt.py), after handing the signal to the handler that was
+there before training (submitit's requeues a SLURM job on SIGUSR2).
+
+With trainer.skip_finished=true (the sweep experiments), a job whose run directory holds
+results.json returns at once (train/run.py), and `hydra_output_subdir` below keeps Hydra from
+rewriting its .hydra/: a finished run's folder stays as it was, its log file aside.
 """
 
 from __future__ import annotations
@@ -22,13 +29,26 @@ from seq2seq.cli.app import run_hydra
 from seq2seq.config.schema import CONFIG_DIR, register_configs
 from seq2seq.errors import UserError
 from seq2seq.train.distributed import cleanup
-from seq2seq.train.interrupt import TrainingInterrupted
+from seq2seq.train.interrupt import TrainingInterrupted, pass_on
 from seq2seq.train.resume import merge_overrides
-from seq2seq.train.run import train
+from seq2seq.train.run import is_finished, train
 
 log = logging.getLogger(__name__)
 
+
+class SweepJobError(UserError, RuntimeError):
+    """A job of a multirun stopped on a user error; the message names its run directory."""
+
+
+def hydra_output_subdir(skip_finished: bool, output_dir: str) -> str | None:
+    """hydra.output_subdir (train.yaml): `.hydra`, where Hydra writes the job's composed config,
+    its own and the overrides at every start, or None (Hydra writes none) for a finished run
+    that trainer.skip_finished skips, so that its .hydra/ still holds the config it ran with."""
+    return None if skip_finished and is_finished(Path(output_dir)) else ".hydra"
+
+
 register_configs()
+OmegaConf.register_new_resolver("seq2seq.hydra_output_subdir", hydra_output_subdir, replace=True)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
@@ -41,11 +61,14 @@ def main(cfg: DictConfig) -> float:
     except TrainingInterrupted as stop:
         log.warning("%s", stop)
         print(f"interrupted: {stop}", file=sys.stderr)
+        pass_on(stop.signum)  # under submitit, SIGUSR2's handler requeues the job (and exits)
         sys.exit(stop.code)
     except UserError as err:
         log.error("%s: %s", type(err).__name__, err)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
-            raise  # Hydra marks this job failed and runs the others of the sweep
+            # Hydra marks this job failed, runs the others of the sweep, then raises the first
+            # failure (cli() prints it)
+            raise SweepJobError(f"{run_dir}: {type(err).__name__}: {err}") from err
         print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
         sys.exit(1)
     finally:
@@ -63,7 +86,11 @@ def cli() -> None:
     """seq2seq-train: `main` with WORKER_OVERRIDES added on torchrun ranks other than 0."""
     if int(os.environ.get("RANK", "0")) > 0:
         sys.argv = [sys.argv[0], *merge_overrides(sys.argv[1:], WORKER_OVERRIDES)]
-    run_hydra(main)  # a bad override: one `error: ConfigError: ...` line, exit status 1
+    try:
+        run_hydra(main)  # a bad override: one `error: ConfigError: ...` line, exit status 1
+    except SweepJobError as err:  # raised by Hydra's sweeper once every job of the multirun ran
+        print(f"error: a run of the sweep failed: {err}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

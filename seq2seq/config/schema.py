@@ -237,6 +237,11 @@ class TrainerConfig:
     # loadable step_N.pt); never: always start afresh (refused if the run dir has checkpoints);
     # or the path of a checkpoint to resume from. See docs/RELIABILITY.md.
     resume: str = "auto"
+    # true: a run whose directory already holds results.json (it finished: tested and scored)
+    # returns those scores at once, training and writing nothing, and Hydra leaves its .hydra/
+    # as it was (cli/train.py). The sweep experiments (pos_sweep, pos_multi30k) set it, so that a
+    # sweep started again skips its finished runs and resumes the others (resume=auto)
+    skip_finished: bool = False
     # fine-tune: a new run (step 0) from this checkpoint's weights and tokenizers, with its model
     # settings (seq2seq/train/finetune.py); a resumed run continues from its own checkpoints instead
     init_from: str | None = None

@@ -1,6 +1,11 @@
-"""Graceful stop: SIGTERM or Ctrl-C (SIGINT) asks the training loop to finish its current step,
-save a checkpoint and exit; a second signal of the same kind acts as usual (kills or raises
-KeyboardInterrupt) for a user who does not want to wait.
+"""Graceful stop: SIGTERM, Ctrl-C (SIGINT) or SIGUSR2 asks the training loop to finish its
+current step, save a checkpoint and exit; a second signal of the same kind acts as usual (kills
+or raises KeyboardInterrupt) for a user who does not want to wait.
+
+SIGUSR2 is what SLURM sends a job ahead of its time limit or on preemption when submitit asks it to
+(`--signal=USR2@<signal_delay_s>`, hydra/launcher=slurm). submitit's own handler requeues the job
+and exits at once; training takes the signal first, saves, and then `pass_on` calls that handler,
+so the requeued job resumes from the checkpoint of the step it stopped at.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
 
 
 class TrainingInterrupted(Exception):  # noqa: N818 - a requested stop, not an error
@@ -68,3 +73,12 @@ class StopSignals:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
+
+
+def pass_on(signum: int) -> None:
+    """After a stop on `signum` (the checkpoint saved, the handlers found at the start put back),
+    call the handler that was there before training if it is a Python function (not Python's
+    default KeyboardInterrupt): submitit's for SIGUSR2 requeues the job and exits."""
+    handler = signal.getsignal(signum)
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signum, None)

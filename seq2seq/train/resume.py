@@ -42,6 +42,7 @@ SAFE_KEYS = frozenset(
         "trainer.device",
         "trainer.threads",
         "trainer.resume",
+        "trainer.skip_finished",
         "trainer.keep_last",
         "trainer.patience",
         "trainer.max_bad_steps",

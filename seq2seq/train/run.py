@@ -3,8 +3,9 @@
 train(cfg, run_dir): lock the run dir, check it is writable with room for checkpoints,
 find a checkpoint to resume from and check it fits the config (train/resume.py), then
 build_trainer(cfg, run_dir, resume).fit() (train/build.py, train/trainer.py), score best.pt
-(and the averaged checkpoint) on the test splits, and write results.json. docs/RELIABILITY.md
-lists how every fault is handled.
+(and the averaged checkpoint) on the test splits, and write results.json, last and atomically:
+a run directory with results.json holds a finished run, which trainer.skip_finished=true (the
+sweeps) leaves alone. docs/RELIABILITY.md lists how every fault is handled.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from seq2seq.train.checkpoint import (
 )
 from seq2seq.train.distributed import broadcast, init_distributed
 from seq2seq.train.finetune import adopt, check_overrides, load_source
+from seq2seq.train.hparams import write_hparams
 from seq2seq.train.machine import describe
 from seq2seq.train.resume import (
     Resume,
@@ -43,8 +45,40 @@ from seq2seq.train.trainer import Trainer
 log = logging.getLogger(__name__)
 
 
+RESULTS_NAME = "results.json"
+
+
 class DistributedSetupError(UserError, RuntimeError):
     """Rank 0 could not set the run up; the other ranks stop with its message."""
+
+
+class ResultsError(UserError, RuntimeError):
+    """A finished run's results.json cannot be read."""
+
+
+def is_finished(run_dir: Path) -> bool:
+    """The run in run_dir finished: it wrote results.json, the last thing a run writes."""
+    return (run_dir / RESULTS_NAME).is_file()
+
+
+def finished_results(run_dir: Path) -> dict[str, dict[str, object]]:
+    """A finished run's test scores (from its results.json), for trainer.skip_finished."""
+    path = run_dir / RESULTS_NAME
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        scores: dict[str, dict[str, object]] = summary["test"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ResultsError(
+            f"{path}: the run looks finished but its results cannot be read ({err}); delete the "
+            "file to test the run again (it resumes from its checkpoints)"
+        ) from err
+    log.info(
+        "%s: already finished (%s holds its test scores): skipped, not trained again, its "
+        "files left as they are (trainer.skip_finished=true)",
+        run_dir,
+        RESULTS_NAME,
+    )
+    return scores
 
 
 def prepare_run(cfg: TrainConfig, run_dir: Path) -> Resume | None:
@@ -71,6 +105,8 @@ def train(
     start = time.monotonic()
     process = init_distributed(resolve_device(cfg.trainer.device))  # the one join of the job
     run_dir = Path(broadcast(str(run_dir)))
+    if cfg.trainer.skip_finished and broadcast(is_finished(run_dir)):  # rank 0's answer
+        return finished_results(run_dir) if process[0].is_main else {}
     if not process[0].is_main:
         logging.getLogger("seq2seq").setLevel(logging.WARNING)  # rank 0 speaks for the job
         return train_worker(cfg, run_dir, process)
@@ -101,7 +137,10 @@ def train(
         summary["init_from"] = {"path": str(source.path), "sha256": sha256_file(source.path)}
     summary["minutes"] = (time.monotonic() - start) / 60
     summary["machine"] = describe()  # the times and speeds above hold for this CPU
-    (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_hparams(run_dir / "tb", cfg, summary)  # TensorBoard's HParams: settings and scores
+    tmp = run_dir / f".{RESULTS_NAME}.tmp"  # atomic: a results.json is a whole one
+    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(run_dir / RESULTS_NAME)
     print(f"checkpoints: {trainer.ckpt_dir}\ntensorboard: tensorboard --logdir {run_dir / 'tb'}")
     for tag, results in (("", summary["test"]), (" averaged", summary.get("test_average", {}))):
         for name, scores in results.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,8 +16,9 @@ import torch
 import torch.multiprocessing as mp
 
 from seq2seq.train.build import build_trainer
+from seq2seq.train.checkpoint import load_checkpoint
 from seq2seq.train.distributed import DistInfo, cleanup, shard
-from tests.tiny_run import child_env, compose_train, tiny_overrides, write_slice
+from tests.tiny_run import REPO, child_env, compose_train, tiny_overrides, write_slice
 
 STEPS = 3
 
@@ -133,3 +135,47 @@ def test_torchrun_ranks_other_than_0_leave_no_hydra_files(tmp_path: Path) -> Non
     (run_dir,) = (cwds[0] / "outputs" / "ddp_cli").iterdir()
     for name in (".hydra/config.yaml", "train.log", "results.json", "checkpoints/last.pt"):
         assert (run_dir / name).exists(), name
+
+
+def test_two_torchrun_nodes_train_one_model(tmp_path: Path) -> None:
+    """Two nodes as the README's SLURM command starts them (one torchrun per node, c10d
+    rendezvous), here two torchrun agents on 127.0.0.1 with one rank each: the job trains one
+    model over both ranks' batches, so rank 0's checkpoint is the single-process run with
+    accum_steps=2 (the ranks' k-th batches are that run's k-th step)."""
+    data, cache = write_slice(tmp_path / "data"), tmp_path / "cache"
+    port, run_dir = free_port(), tmp_path / "run"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"]
+    torchrun += ["--nproc-per-node", "1", "--rdzv-backend", "c10d", "--max-restarts", "0"]
+    torchrun += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"nodes-{os.getpid()}"]
+    torchrun += ["--local-addr", "127.0.0.1", "-m", "seq2seq.cli.train"]
+    args = [*overrides(data, cache, 1), f"hydra.run.dir={run_dir}"]
+    nodes = [
+        subprocess.Popen(
+            [*torchrun, *args],
+            cwd=REPO,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # the agent and its worker: one process group to end
+        )
+        for _ in range(2)
+    ]
+    try:
+        outputs = [node.communicate(timeout=180)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                os.killpg(node.pid, signal.SIGKILL)
+                node.wait()
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert sum("test BLEU (test)" in out for out in outputs) == 1  # rank 0 alone tests
+    (tmp_path / "single").mkdir()
+    single = build_trainer(compose_train(overrides(data, cache, 2)), tmp_path / "single")
+    single.fit()
+    single.close()
+    trained = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert trained["train_state"]["step"] == STEPS
+    for name, tensor in single.model.state_dict().items():
+        torch.testing.assert_close(trained["model"][name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+    assert train_losses(run_dir) == pytest.approx(train_losses(tmp_path / "single"), rel=1e-5)
