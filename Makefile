@@ -23,9 +23,11 @@ SWEEP_DIR ?= multirun/pos_sweep
 SWEEP_JOBS ?= 2
 SWEEP_THREADS ?= $(shell n=$$(( $$(nproc) / $(SWEEP_JOBS) )); echo $$(( n > 0 ? n : 1 )))
 SWEEP_LAUNCHER = hydra/launcher=joblib hydra.launcher.n_jobs=$(SWEEP_JOBS) trainer.threads=$(SWEEP_THREADS)
-# make sweep-multi30k: every encoding x seed trained short on Multi30k, tested long
+# make sweep-multi30k: every encoding x seed trained short on Multi30k, tested long, and the
+# reference (sinusoidal trained on every length) for each seed
 POS_M30K_DIR ?= multirun/pos_multi30k
-POS_M30K_SEEDS ?= 1,2
+POS_M30K_REF_DIR ?= multirun/pos_multi30k_ref
+POS_M30K_SEEDS ?= 1,2,3
 POS_M30K_REPORT ?= docs/positional/multi30k
 LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)
 
@@ -67,12 +69,15 @@ sweep:  ## every encoding x 3 seeds on the numbers task, a multirun in multirun/
 		pos_encoding=$(SWEEP_ENCODINGS) hydra.sweep.dir=$(SWEEP_DIR) $(SWEEP_LAUNCHER) $(ARGS)
 	$(PY) scripts/compare_runs.py $(SWEEP_DIR) --length-by items
 
-sweep-multi30k:  ## every encoding x 2 seeds on Multi30k trained on sources <= 16 tokens, tested long: multirun/pos_multi30k (rerun to resume); the report
+sweep-multi30k:  ## every encoding x 3 seeds on Multi30k trained on sources <= 10 tokens, tested long, + the all-lengths reference: multirun/ (rerun to resume); the report
+	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) -m seq2seq.cli.train -m experiment=pos_multi30k_ref \
+		trainer.seed=$(POS_M30K_SEEDS) pos_encoding=sinusoidal \
+		hydra.sweep.dir=$(POS_M30K_REF_DIR) $(SWEEP_LAUNCHER) $(ARGS)
 	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) -m seq2seq.cli.train -m experiment=pos_multi30k \
 		trainer.seed=$(POS_M30K_SEEDS) pos_encoding=$(SWEEP_ENCODINGS) \
 		hydra.sweep.dir=$(POS_M30K_DIR) $(SWEEP_LAUNCHER) $(ARGS)
 	$(PY) scripts/compare_runs.py $(POS_M30K_DIR) --length-by tokens --baseline sinusoidal \
-		--curves --out $(POS_M30K_REPORT) --title "Positional encodings on Multi30k En-De, trained on sources of at most 16 tokens"
+		--curves --out $(POS_M30K_REPORT) --title "Positional encodings on Multi30k En-De, trained on sources of at most 10 tokens"
 	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) scripts/attention_long.py --sweep $(POS_M30K_DIR) \
 		--report $(POS_M30K_REPORT)/comparison.csv --png $(POS_M30K_REPORT)/attention_long.png
 
