@@ -218,10 +218,19 @@ def render_comparison(c: Comparison) -> str:
     return "\n".join(lines)
 
 
+def plain(value: Any) -> Any:
+    """Dicts, lists (tuples too, as lists), strings and numbers, as JSON has them."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
 def comparison_to_dict(c: Comparison) -> dict[str, Any]:
     """The comparison as plain values for JSON: each result gets its ``verdict``, and the
     signatures are listed by metric."""
-    out = dataclasses.asdict(c)
+    out: dict[str, Any] = plain(dataclasses.asdict(c))
     for row, r in zip(out["results"], c.results, strict=True):
         row["verdict"] = sentence_verdict(r, c.alpha)
     out["signatures"] = signatures(c.results)

@@ -24,6 +24,7 @@ from seq2seq.evaluation.comparison import (
     VerdictWord,
     check_alpha,
     fmt_p,
+    plain,
     resolution_note,
     signatures,
 )
@@ -306,4 +307,4 @@ def render_markdown(report: Report) -> str:
 def report_to_dict(report: Report) -> dict[str, Any]:
     """The report as plain dicts, lists, strings and numbers (``json.dumps`` takes it), with the
     sacreBLEU signatures by metric."""
-    return {**dataclasses.asdict(report), "signatures": signatures(report.paired[0])}
+    return {**plain(dataclasses.asdict(report)), "signatures": signatures(report.paired[0])}

@@ -73,7 +73,9 @@ def test_text_and_json(systems: tuple[dict[str, list[str]], list[str]]) -> None:
     assert any("use more resamples" in line for line in lines)
     sigs = signatures(c.results)
     assert list(sigs) == ["BLEU", "chrF2", "TER"] and all(len(s) == 2 for s in sigs.values())
-    data = json.loads(json.dumps(comparison_to_dict(c), allow_nan=False))
+    as_dict = comparison_to_dict(c)
+    data = json.loads(json.dumps(as_dict, allow_nan=False))
+    assert data == as_dict  # plain values: lists, not tuples
     assert data["signatures"] == sigs and data["systems"] == list(hyps)
     row = next(r for r in data["results"] if (r["system"], r["key"]) == ("worse", "chrf"))
     assert row["verdict"] in ("worse", "no difference shown") and row["ci_low"] < row["ci_high"]

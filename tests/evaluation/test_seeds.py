@@ -48,6 +48,7 @@ def test_compare_calls_only_real_differences() -> None:
     assert "- BLEU: `nrefs:1|bs:1000|seed:12345|case:mixed|" in markdown
     assert "- TER: `nrefs:1|bs:1000|ar:1000|seed:12345|case:lc|" in markdown
     as_dict = json.loads(json.dumps(report_to_dict(report), allow_nan=False))
+    assert as_dict == report_to_dict(report)  # plain values: lists, not tuples
     assert as_dict["baseline"] == "base"
     assert list(as_dict["signatures"]) == ["BLEU", "chrF2", "TER"]
     assert as_dict["verdicts"][0]["text"] == report.verdicts[0].text
