@@ -45,6 +45,7 @@ def fmt_p(p: float) -> str:
 
 
 def check_alpha(alpha: float) -> None:
+    """A family-wise level in (0, 1) (else ConfigError)."""
     if not 0.0 < alpha < 1.0:
         raise ConfigError(f"alpha must be in (0, 1), got {alpha}")
 

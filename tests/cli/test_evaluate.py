@@ -93,11 +93,13 @@ def test_systems_translate_the_split_each(ckpt: Path, tmp_path: Path) -> None:
     cfg = config(ckpt, tmp_path, systems=[str(ckpt), str(copy)], names=["best", "copy"])
     cfg.ckpt, cfg.paired, cfg.paired_bs_n, cfg.paired_ar_n = None, PairedTest.both, 100, 100
     data = seq2seq.cli.evaluate.run(cfg)
-    assert data["systems"] == ["best", "copy"] and data["n_sentences"] == SIZES["test"]
+    assert data["systems"] == ["best", "copy"]
+    assert data["n_sentences"] == SIZES["test"]
     assert data["paths"] == {"best": [str(ckpt)], "copy": [str(copy)]}
     alone = seq2seq.cli.evaluate.run(config(ckpt, tmp_path))
     results = data["results"]
-    assert isinstance(results, list) and len(results) == 6
+    assert isinstance(results, list)
+    assert len(results) == 6
     for base, other in zip(results[::2], results[1::2], strict=True):
         assert base["score"] == other["score"]
         assert round(base["score"], 2) == alone[base["key"]]
@@ -107,9 +109,9 @@ def test_systems_translate_the_split_each(ckpt: Path, tmp_path: Path) -> None:
 def test_checkpoints_must_translate_the_same_sentences() -> None:
     first = [("one", "eins"), ("two", "zwei")]
     check_same_references("b.pt", list(first), "a.pt", first)
-    with pytest.raises(DataError, match="b.pt's split has 1 lines but a.pt's has 2"):
+    with pytest.raises(DataError, match=r"b\.pt's split has 1 lines but a\.pt's has 2"):
         check_same_references("b.pt", first[:1], "a.pt", first)
-    with pytest.raises(DataError, match="b.pt's split differs from a.pt's at line 2"):
+    with pytest.raises(DataError, match=r"b\.pt's split differs from a\.pt's at line 2"):
         check_same_references("b.pt", [first[0], ("three", "drei")], "a.pt", first)
 
 

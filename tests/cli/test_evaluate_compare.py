@@ -51,20 +51,24 @@ def test_json_has_systems_metrics_intervals_and_p_values(files: Path) -> None:
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert (data["baseline"], data["systems"]) == ("bad.txt", ["bad.txt", "good.txt", "copy.txt"])
-    assert data["metrics"] == ["BLEU", "chrF2", "TER"] and data["family"] == 6
-    assert data["n_sentences"] == N and data["paths"]["good.txt"] == ["good.txt"]
+    assert data["metrics"] == ["BLEU", "chrF2", "TER"]
+    assert data["family"] == 6
+    assert data["n_sentences"] == N
+    assert data["paths"]["good.txt"] == ["good.txt"]
     rows = {(r["system"], r["key"]): r for r in data["results"]}
     assert len(rows) == 9
     for key in ("bleu", "chrf", "ter"):
         base, good, copy = (rows[s, key] for s in ("bad.txt", "good.txt", "copy.txt"))
-        assert base["tests"] == [] and base["verdict"] is None
+        assert base["tests"] == []
+        assert base["verdict"] is None
         assert base["ci_low"] < base["score"] < base["ci_high"]
         assert [t["test"] for t in good["tests"]] == ["bs", "ar"]
         assert all(t["p_value"] < 0.05 and t["p_holm"] < 0.05 for t in good["tests"])
         assert good["verdict"] == "better"
         assert (good["score"] < base["score"]) == (key == "ter")
         assert all(t["p_value"] == t["p_holm"] == 1.0 for t in copy["tests"])
-        assert copy["verdict"] == "no difference shown" and copy["score"] == base["score"]
+        assert copy["verdict"] == "no difference shown"
+        assert copy["score"] == base["score"]
     assert data["signatures"]["BLEU"] == [
         rows["bad.txt", "bleu"]["signature"],
         rows["good.txt", "bleu"]["tests"][1]["signature"],
@@ -85,7 +89,8 @@ def test_text_table(files: Path) -> None:
     )
     assert lines[2].split()[:6] == ["metric", "system", "score", "95%", "interval", "delta"]
     good = [line for line in lines if " good.txt " in line]
-    assert len(good) == 3 and all(line.endswith("0.004    0.012  better") for line in good)
+    assert len(good) == 3
+    assert all(line.endswith("0.004    0.012  better") for line in good)
     assert sum(line.startswith("BLEU    nrefs:1|bs:500|seed:12345|") for line in lines) == 1
     assert any(line.startswith("- p: two-sided paired p") for line in lines)
     data = json.loads((files / "out.json").read_text())
@@ -99,14 +104,16 @@ def test_seeds(files: Path) -> None:
     done = evaluate([*args, "names=[bad,good]", "json=-"], files)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
-    assert data["baseline"] == "bad" and data["n_seeds"] == 3
+    assert data["baseline"] == "bad"
+    assert data["n_seeds"] == 3
     assert data["paths"]["good"] == ["good0.txt", "good1.txt", "good2.txt"]
     assert [v["verdict"] for v in data["verdicts"]] == ["better"] * 3
     assert [s["test"] for s in data["seed_level"]] == ["pooled-variance t-test, df=4"] * 3
     assert list(data["signatures"]) == ["BLEU", "chrF2", "TER"]
     blocked = evaluate([*args, "names=[bad,good]", "blocked_seeds=true"], files)
     assert blocked.returncode == 0, blocked.stderr
-    assert "| good | BLEU |" in blocked.stdout and "seed-blocked t-test" in blocked.stdout
+    assert "| good | BLEU |" in blocked.stdout
+    assert "seed-blocked t-test" in blocked.stdout
     assert "- BLEU: `nrefs:1|bs:1000|seed:12345|" in blocked.stdout
 
 
@@ -124,7 +131,7 @@ def test_a_list_of_checkpoints_is_refused_not_guessed(files: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "changes,message",
+    ("changes", "message"),
     [
         ({"ref": None}, "hyp=\\[...\\] needs ref="),
         ({"ckpt": "a.pt"}, "does not take ckpt="),

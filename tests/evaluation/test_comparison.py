@@ -50,7 +50,8 @@ def test_holm_over_the_reports_comparisons(systems: tuple[dict[str, list[str]], 
         if r.system == "copy":
             assert all(t.p_value == 1.0 and t.p_holm == 1.0 for t in r.tests)
     ter_better = next(r for r in others if (r.system, r.key) == ("better", "ter"))
-    assert ter_better.tests[0].delta < 0 and not ter_better.higher_is_better
+    assert ter_better.tests[0].delta < 0
+    assert not ter_better.higher_is_better
     assert not any("use more resamples" in n for n in c.notes)
 
 
@@ -72,13 +73,16 @@ def test_text_and_json(systems: tuple[dict[str, list[str]], list[str]]) -> None:
     assert better.endswith("0.020    0.178    0.010    0.089  no difference shown")
     assert any("use more resamples" in line for line in lines)
     sigs = signatures(c.results)
-    assert list(sigs) == ["BLEU", "chrF2", "TER"] and all(len(s) == 2 for s in sigs.values())
+    assert list(sigs) == ["BLEU", "chrF2", "TER"]
+    assert all(len(s) == 2 for s in sigs.values())
     as_dict = comparison_to_dict(c)
     data = json.loads(json.dumps(as_dict, allow_nan=False))
     assert data == as_dict  # plain values: lists, not tuples
-    assert data["signatures"] == sigs and data["systems"] == list(hyps)
+    assert data["signatures"] == sigs
+    assert data["systems"] == list(hyps)
     row = next(r for r in data["results"] if (r["system"], r["key"]) == ("worse", "chrf"))
-    assert row["verdict"] in ("worse", "no difference shown") and row["ci_low"] < row["ci_high"]
+    assert row["verdict"] in ("worse", "no difference shown")
+    assert row["ci_low"] < row["ci_high"]
     assert {t["test"] for t in row["tests"]} == {"bs", "ar"}
     assert {"p_value", "p_holm", "p_sacrebleu", "delta", "signature"} <= row["tests"][0].keys()
     assert data["results"][0]["verdict"] is None  # the baseline

@@ -79,17 +79,20 @@ def test_matches_sacrebleu_paired_test(test: TestType, monkeypatch: pytest.Monke
     for theirs, mine in zip(direct, ours, strict=True):
         assert (mine.metric, mine.key) == ("BLEU", "bleu")
         assert mine.score == theirs.score
-        assert theirs.mean is not None and theirs.ci is not None
+        assert theirs.mean is not None
+        assert theirs.ci is not None
         assert (mine.ci_mean, mine.ci_halfwidth) == (theirs.mean, theirs.ci)
         assert mine.ci_low == pytest.approx(theirs.mean - theirs.ci)
         assert mine.signature == signatures["BLEU"].format()
     assert f"{test}:{n}|seed:4242|" in ours[0].signature
-    assert ours[0].is_baseline and ours[0].tests == ()
+    assert ours[0].is_baseline
+    assert ours[0].tests == ()
     for theirs, mine in zip(direct[1:], ours[1:], strict=True):
         (result,) = mine.tests
         assert result.p_sacrebleu == theirs.p_value
         assert result.delta == pytest.approx(theirs.score - direct[0].score)
-        assert result.signature == mine.signature and result.p_holm is None
+        assert result.signature == mine.signature
+        assert result.p_holm is None
         # the decision p: from the same resamples, ties included, two-sided for the bootstrap
         assert theirs.p_value is not None
         expected = min(1.0, 2 * theirs.p_value) if test == "bs" else theirs.p_value

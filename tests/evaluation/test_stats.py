@@ -129,4 +129,5 @@ def test_seed_noise_must_be_estimable() -> None:
         seed_tests({"base": [30.0, 31.0]})
     with pytest.raises(ConfigError, match="confidence"):
         seed_tests({"base": [30.0, 31.0], "x": [31.0, 33.0]}, confidence=95)
-    assert issubclass(DataError, UserError) and issubclass(DataError, ValueError)
+    assert issubclass(DataError, UserError)
+    assert issubclass(DataError, ValueError)
