@@ -12,6 +12,7 @@ import dataclasses
 from seq2seq.config.schema import (
     DataConfig,
     DecodeConfig,
+    EvaluateConfig,
     SearchKind,
     TokenizerConfig,
     TrainConfig,
@@ -42,6 +43,15 @@ def check_decode(cfg: DecodeConfig, prefix: str = "decode") -> None:
     _require(cfg.temperature > 0, f"{prefix}.temperature", cfg.temperature, "above 0")
     _require(cfg.top_k >= 0, f"{prefix}.top_k", cfg.top_k, "0 (all tokens) or more")
     _require(0 < cfg.top_p <= 1, f"{prefix}.top_p", cfg.top_p, "in (0, 1]")
+
+
+def check_comparison(cfg: EvaluateConfig) -> None:
+    """Range checks of seq2seq-evaluate's comparison settings; errors name the key."""
+    _require(cfg.paired_bs_n >= 1, "paired_bs_n", cfg.paired_bs_n, "at least 1")
+    _require(cfg.paired_ar_n >= 1, "paired_ar_n", cfg.paired_ar_n, "at least 1")
+    seed = cfg.paired_seed
+    _require(seed is None or seed >= 1, "paired_seed", seed, "1 or more, or null (unseeded)")
+    _require(0 < cfg.alpha < 1, "alpha", cfg.alpha, "in (0, 1)")
 
 
 def check_config(cfg: TrainConfig) -> None:

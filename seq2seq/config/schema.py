@@ -90,6 +90,14 @@ class LengthUnit(str, Enum):
     items = "items"  # comma-separated items of the source (the numbers data)
 
 
+class PairedTest(str, Enum):
+    """paired (seq2seq-evaluate): the paired test(s) of compared systems (sacreBLEU's own)."""
+
+    bs = "bs"  # paired bootstrap resampling (Koehn, 2004)
+    ar = "ar"  # approximate randomization (Riezler & Maxwell, 2005)
+    both = "both"  # both; a difference is called only where both find it
+
+
 class Kernels(str, Enum):
     """trainer.kernels: which implementations the model's operations run on."""
 
@@ -311,12 +319,27 @@ class TranslateConfig:
 class EvaluateConfig:
     """The config of seq2seq-evaluate (seq2seq/config/evaluate.yaml)."""
 
-    ckpt: str | None = None  # score this checkpoint's translations of `split` ...
+    # score this checkpoint's translations of `split` (one checkpoint: to compare checkpoints give
+    # systems=; for an ensemble, translate with seq2seq-translate ckpt=[a.pt,b.pt], then hyp=) ...
+    ckpt: Any = None
     split: str = "test"  # ... read from the checkpoint's data config (root overridable below)
     data_root: str | None = None  # replaces the checkpoint's data.root when set
-    hyp: str | None = None  # ... or score this hypothesis file against `ref`
+    # ... or score this hypothesis file against `ref`; a list of files compares them with the
+    # first (hyp=[base.txt,new.txt]); a list of lists, each system's training seeds
+    # (hyp=[[base1.txt,base2.txt],[new1.txt,new2.txt]]): seed-level tests as well
+    hyp: Any = None
     ref: str | None = None  # reference file (plain or .gz), required with hyp
     src: str | None = None  # source file of `ref` (plain or .gz), for by_length with hyp
+    # ... or compare checkpoints: each translates `split` on its own, and is tested against the
+    # first (systems=[base.pt,new.pt]); a list of lists, each system's training seeds
+    systems: Any = None
+    names: list[str] = field(default_factory=list)  # the compared systems' names; default: paths
+    paired: PairedTest = PairedTest.bs  # comparisons: the paired test(s) against the first system
+    paired_bs_n: int = 1000  # comparisons: bootstrap resamples (the test's and every interval's)
+    paired_ar_n: int = 10000  # comparisons: approximate randomization trials
+    paired_seed: int | None = 12345  # comparisons: the resamples' seed (null: unseeded)
+    alpha: float = 0.05  # comparisons: the family-wise level of the verdicts, after Holm
+    blocked_seeds: bool = False  # seed comparisons: the i-th run of every system shares a seed
     lowercase: bool = False  # also report case-insensitive BLEU
     by_length: bool = False  # also report BLEU, chrF and count per source-length bucket
     length_by: LengthUnit = LengthUnit.words  # the buckets of by_length (as the sweep report's)

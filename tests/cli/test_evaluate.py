@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import pytest
 import sacrebleu
 
 import seq2seq.cli.evaluate
-from seq2seq.config.schema import EvaluateConfig, LengthUnit, SearchKind
+from seq2seq.cli.evaluate import check_same_references
+from seq2seq.config.schema import EvaluateConfig, LengthUnit, PairedTest, SearchKind
+from seq2seq.data.text import DataError
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation.scoring import length_groups
 from seq2seq.train.run import train
@@ -80,6 +83,36 @@ def test_score_refs_perplexity_is_validations(ckpt: Path, tmp_path: Path) -> Non
     assert [x["index"] for x in lines] == list(range(SIZES["test"]))
     assert sum(x["tokens"] for x in lines) == refs["tokens"]
     assert sum(x["nll"] for x in lines) / refs["tokens"] == pytest.approx(loss, rel=1e-5)
+
+
+def test_systems_translate_the_split_each(ckpt: Path, tmp_path: Path) -> None:
+    """systems=[best.pt,copy.pt]: each checkpoint translates the split on its own; a copy of
+    the baseline scores the same, with p = 1 by both tests; the scores are those of ckpt=."""
+    copy = tmp_path / "copy.pt"
+    shutil.copy(ckpt, copy)
+    cfg = config(ckpt, tmp_path, systems=[str(ckpt), str(copy)], names=["best", "copy"])
+    cfg.ckpt, cfg.paired, cfg.paired_bs_n, cfg.paired_ar_n = None, PairedTest.both, 100, 100
+    data = seq2seq.cli.evaluate.run(cfg)
+    assert data["systems"] == ["best", "copy"]
+    assert data["n_sentences"] == SIZES["test"]
+    assert data["paths"] == {"best": [str(ckpt)], "copy": [str(copy)]}
+    alone = seq2seq.cli.evaluate.run(config(ckpt, tmp_path))
+    results = data["results"]
+    assert isinstance(results, list)
+    assert len(results) == 6
+    for base, other in zip(results[::2], results[1::2], strict=True):
+        assert base["score"] == other["score"]
+        assert round(base["score"], 2) == alone[base["key"]]
+        assert [(t["test"], t["p_value"]) for t in other["tests"]] == [("bs", 1.0), ("ar", 1.0)]
+
+
+def test_checkpoints_must_translate_the_same_sentences() -> None:
+    first = [("one", "eins"), ("two", "zwei")]
+    check_same_references("b.pt", list(first), "a.pt", first)
+    with pytest.raises(DataError, match=r"b\.pt's split has 1 lines but a\.pt's has 2"):
+        check_same_references("b.pt", first[:1], "a.pt", first)
+    with pytest.raises(DataError, match=r"b\.pt's split differs from a\.pt's at line 2"):
+        check_same_references("b.pt", [first[0], ("three", "drei")], "a.pt", first)
 
 
 def evaluate_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

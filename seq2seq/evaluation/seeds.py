@@ -1,0 +1,310 @@
+"""Comparing systems trained with several seeds each against a baseline: is a difference on this
+test set (significance.py, every seed's outputs) *and* over training seeds (stats.seed_tests)?
+
+`compare` calls a difference real only where the sentence-level test *and* the seed-level test
+both survive Holm's correction (stats.holm) over the report's comparisons at ``alpha``, and every
+seed's outputs differ in the same direction. The sentence-level p of a comparison is the largest
+p over seeds (and over methods, with ``method="both"``): the intersection-union test (Berger,
+1982) of "the difference holds for every seed", valid without any assumption on how the seeds
+depend on each other. The verdict words are computed from those numbers, and each verdict's text
+gives the numbers behind it. `render_markdown` and `report_to_dict` show the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from seq2seq.data.text import DataError
+from seq2seq.evaluation.comparison import (
+    INTERVAL_NOTE,
+    VerdictWord,
+    check_alpha,
+    fmt_p,
+    plain,
+    resolution_note,
+    signatures,
+)
+from seq2seq.evaluation.significance import (
+    DEFAULT_METRICS,
+    TEST_NAMES,
+    Method,
+    MetricName,
+    PairedResult,
+    paired_tests,
+)
+from seq2seq.evaluation.stats import SeedResult, holm, seed_tests
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The call on one (system, metric) comparison, with the numbers it was computed from.
+
+    ``sentence_p`` is the largest decision p-value over seeds and methods, ``seed_p`` the
+    seed-level t-test's; the ``*_holm`` values are Holm-adjusted over the report's comparisons.
+    ``consistent`` says whether every seed's outputs moved the score in the direction of the mean
+    difference. ``text`` is ``verdict`` followed by the numbers behind it.
+    """
+
+    system: str
+    metric: str
+    verdict: VerdictWord
+    text: str
+    sentence_p: float
+    sentence_p_holm: float
+    seed_p: float
+    seed_p_holm: float
+    consistent: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """Everything `compare` computed: per-seed paired tests, seed-level tests and verdicts.
+
+    ``paired[j]`` holds the sentence-level results of the j-th seed's outputs (one
+    `PairedResult` per system and metric; their ``p_holm`` is unset, the verdicts hold the
+    Holm-adjusted values); ``seed_level`` one `SeedResult` per non-baseline system and metric;
+    ``notes`` says what the numbers can and cannot show.
+    """
+
+    baseline: str
+    systems: tuple[str, ...]
+    metrics: tuple[str, ...]
+    method: Method
+    alpha: float
+    n_seeds: int
+    paired: tuple[tuple[PairedResult, ...], ...]
+    seed_level: tuple[SeedResult, ...]
+    verdicts: tuple[Verdict, ...]
+    notes: tuple[str, ...]
+
+
+def _per_seed_paired(
+    outputs: Mapping[str, Sequence[Sequence[str]]],
+    n_references: int,
+    run: Callable[[Mapping[str, Sequence[str]]], list[PairedResult]],
+) -> list[list[PairedResult]]:
+    """Run the sentence-level paired tests of each seed: the j-th outputs of all systems."""
+    counts = {name: len(runs) for name, runs in outputs.items()}
+    if len(set(counts.values())) != 1 or min(counts.values(), default=0) < 2:
+        raise DataError(f"need the same number (>= 2) of seed outputs for every system: {counts}")
+    if any(isinstance(runs, str) or isinstance(runs[0], str) for runs in outputs.values()):
+        raise DataError("outputs must map each system to a list of per-seed lists of lines")
+    per_seed = []
+    for j in range(min(counts.values())):
+        hypotheses = {name: runs[j] for name, runs in outputs.items()}
+        for name, hyps in hypotheses.items():
+            if len(hyps) != n_references:
+                raise DataError(
+                    f"system {name!r}, seed output {j}, has {len(hyps)} lines but the references "
+                    f"have {n_references}: every system must translate the same test sentences"
+                )
+        per_seed.append(run(hypotheses))
+    return per_seed
+
+
+def _reasons(
+    sentence_holm: float, seed_holm: float, gain: float, consistent: bool, alpha: float
+) -> list[str]:
+    """Why a comparison is not called a difference (empty: it is one)."""
+    return [
+        text
+        for failed, text in (
+            (sentence_holm > alpha, f"sentence level: Holm-adjusted p > {alpha}"),
+            (seed_holm > alpha, f"seed level: Holm-adjusted p > {alpha}"),
+            (gain == 0, "the means are equal"),
+            (gain != 0 and not consistent, "the seeds' outputs differ in direction"),
+        )
+        if failed
+    ]
+
+
+def _verdict(
+    seed_result: SeedResult,
+    paired: list[PairedResult],
+    p_values: tuple[float, float, float, float],
+    alpha: float,
+) -> Verdict:
+    """Call one comparison from its numbers: both tests significant after Holm, same direction."""
+    sentence_p, sentence_holm, seed_p, seed_holm = p_values
+    sign = 1.0 if paired[0].higher_is_better else -1.0
+    gain = sign * seed_result.delta
+    consistent = gain != 0 and all(sign * t.delta * gain > 0 for r in paired for t in r.tests)
+    reasons = _reasons(sentence_holm, seed_holm, gain, consistent, alpha)
+    word: VerdictWord = "no difference shown" if reasons else "better" if gain > 0 else "worse"
+    tests = ", ".join(
+        f"{TEST_NAMES[t.test]} p={fmt_p(max(r.tests[i].p_value for r in paired))}"
+        for i, t in enumerate(paired[0].tests)
+    )
+    s = seed_result
+    text = (
+        f"{word} (sentence level: {tests} (max over {len(paired)} seeds), Holm-adjusted "
+        f"{fmt_p(sentence_holm)}; seed level: {s.test}, delta={s.delta:+.2f} "
+        f"[{s.ci_low:+.2f}, {s.ci_high:+.2f}], p={fmt_p(seed_p)}, Holm-adjusted "
+        f"{fmt_p(seed_holm)}" + "".join(f"; {r}" for r in reasons) + ")"
+    )
+    return Verdict(
+        system=s.system,
+        metric=s.metric,
+        verdict=word,
+        text=text,
+        sentence_p=sentence_p,
+        sentence_p_holm=sentence_holm,
+        seed_p=seed_p,
+        seed_p_holm=seed_holm,
+        consistent=consistent,
+    )
+
+
+def compare(
+    outputs: Mapping[str, Sequence[Sequence[str]]],
+    references: Sequence[str],
+    *,
+    metrics: Sequence[MetricName] = DEFAULT_METRICS,
+    method: Method = "bs",
+    bs_samples: int = 1000,
+    ar_trials: int = 10000,
+    seed: int | None = 12345,
+    lowercase: bool = False,
+    tokenize: str | None = None,
+    trg_lang: str = "",
+    alpha: float = 0.05,
+    blocked_seeds: bool = False,
+) -> Report:
+    """Compare systems trained with several seeds against the first system (the baseline).
+
+    ``outputs`` maps each system to its translations of ``references``, one list of lines per
+    training seed (the same number of seeds for every system; the j-th outputs of the systems
+    are tested against each other). Each seed's outputs get `paired_tests`; the per-seed corpus
+    scores get `seed_tests` (pooled, or ``blocked_seeds``). Over the report's comparisons (every
+    non-baseline system and metric), the sentence-level p-values (max over seeds and methods)
+    and the seed-level p-values are each Holm-adjusted; a difference is "better" or "worse" only
+    where both adjusted p-values are at most ``alpha`` and all seeds agree on its direction.
+    """
+    check_alpha(alpha)
+    run_seed = functools.partial(
+        paired_tests,
+        references=references,
+        metrics=metrics,
+        method=method,
+        bs_samples=bs_samples,
+        ar_trials=ar_trials,
+        seed=seed,
+        lowercase=lowercase,
+        tokenize=tokenize,
+        trg_lang=trg_lang,
+    )
+    per_seed = _per_seed_paired(outputs, len(references), run_seed)
+    seed_level, paired = _seed_level(per_seed, tuple(outputs), blocked_seeds)
+    note = resolution_note(method, bs_samples, ar_trials, len(seed_level), alpha)
+    return _report(tuple(outputs), per_seed, seed_level, paired, method, alpha, note)
+
+
+def _seed_level(
+    per_seed: list[list[PairedResult]], systems: tuple[str, ...], blocked: bool
+) -> tuple[list[SeedResult], list[list[PairedResult]]]:
+    """Seed-level tests of each metric's per-seed scores, and each comparison's paired results."""
+    labels = tuple(dict.fromkeys(r.metric for r in per_seed[0]))
+    rows = {
+        key: [r for results in per_seed for r in results if (r.system, r.metric) == key]
+        for key in itertools.product(systems, labels)
+    }
+    seed_level = [
+        result
+        for label in labels
+        for result in seed_tests(
+            {s: [r.score for r in rows[s, label]] for s in systems}, blocked=blocked, metric=label
+        )
+    ]
+    return seed_level, [rows[s.system, s.metric] for s in seed_level]
+
+
+def _report(
+    systems: tuple[str, ...],
+    per_seed: list[list[PairedResult]],
+    seed_level: list[SeedResult],
+    paired: list[list[PairedResult]],
+    method: Method,
+    alpha: float,
+    note: str | None,
+) -> Report:
+    """Holm-adjust both families of p-values, call each comparison and assemble the report."""
+    sentence_p = [max(t.p_value for r in rows for t in r.tests) for rows in paired]
+    seed_p = [s.p_value for s in seed_level]
+    sentence_holm, seed_holm = holm(sentence_p), holm(seed_p)
+    verdicts = tuple(
+        _verdict(s, rows, (sentence_p[i], sentence_holm[i], seed_p[i], seed_holm[i]), alpha)
+        for i, (s, rows) in enumerate(zip(seed_level, paired, strict=True))
+    )
+    return Report(
+        baseline=systems[0],
+        systems=systems,
+        metrics=tuple(dict.fromkeys(r.metric for r in per_seed[0])),
+        method=method,
+        alpha=alpha,
+        n_seeds=len(per_seed),
+        paired=tuple(tuple(run) for run in per_seed),
+        seed_level=tuple(seed_level),
+        verdicts=verdicts,
+        notes=_NOTES + ((note,) if note else ()),
+    )
+
+
+_NOTES = (
+    INTERVAL_NOTE,
+    "Sentence-level p: two-sided, ties counting as extreme (paired bootstrap: twice sacreBLEU's"
+    " p); the largest over seeds (and methods). sacreBLEU's own values are in the JSON.",
+    "Seed-level p and interval: t-test of the difference of means over training seeds.",
+    "Both are Holm-adjusted over the report's comparisons; a difference is called only where"
+    " both adjusted p-values are at most alpha and every seed agrees on its direction.",
+)
+
+
+def _markdown_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _paired_rows(report: Report) -> list[str]:
+    """The per-seed sentence-level table's rows."""
+    lines = []
+    for j, run in enumerate(report.paired):
+        for r in run:
+            bs, ar = ("-" if p is None else fmt_p(p) for p in (r.p_value("bs"), r.p_value("ar")))
+            lines.append(
+                f"| {j} | {_markdown_cell(r.system)} | {r.metric} | {r.score:.2f} | "
+                f"{r.ci_mean:.2f} +- {r.ci_halfwidth:.2f} | {bs} | {ar} |"
+            )
+    return lines
+
+
+def render_markdown(report: Report) -> str:
+    """The report as Markdown: verdict table, per-seed sentence-level table, notes."""
+    lines = [
+        f"Baseline: {_markdown_cell(report.baseline)}; {report.n_seeds} seeds per system; "
+        f"alpha = {report.alpha} after Holm over {len(report.verdicts)} comparisons per test.",
+        "",
+        "| System | Metric | Seed-level delta [95% CI] | Verdict |",
+        "|---|---|---|---|",
+    ]
+    by_key = {(s.system, s.metric): s for s in report.seed_level}
+    for verdict in report.verdicts:
+        s = by_key[(verdict.system, verdict.metric)]
+        lines.append(
+            f"| {_markdown_cell(s.system)} | {s.metric} | {s.delta:+.2f} "
+            f"[{s.ci_low:+.2f}, {s.ci_high:+.2f}] | {_markdown_cell(verdict.text)} |"
+        )
+    lines += ["", "| Seed | System | Metric | Score | Bootstrap 95% CI | p (bs) | p (ar) |"]
+    lines += ["|---|---|---|---|---|---|---|", *_paired_rows(report)]
+    sigs = signatures(report.paired[0]).items()
+    lines += ["", "sacreBLEU signatures:", "", *(f"- {m}: `{s}`" for m, ss in sigs for s in ss)]
+    lines += ["", *(f"- {note}" for note in report.notes)]
+    return "\n".join(lines) + "\n"
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """The report as plain dicts, lists, strings and numbers (``json.dumps`` takes it), with the
+    sacreBLEU signatures by metric."""
+    return {**plain(dataclasses.asdict(report)), "signatures": signatures(report.paired[0])}
