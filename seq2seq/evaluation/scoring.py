@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 import sacrebleu
+from sacrebleu.metrics.bleu import BLEUScore
 
 # Source-length buckets: by whitespace words (1-10, 11-20, 21-30, 31-40, then "41+"), or by
 # comma-separated items (the numbers data: one bucket per count).
@@ -100,8 +101,23 @@ def bucket_scores(hyps: list[str], refs: list[str]) -> tuple[float, float]:
 def length_ratio(hyps: list[str], refs: list[str]) -> float:
     """Total hypothesis length over total reference length (sacreBLEU's tokens; BLEU's brevity
     penalty reads the same ratio), to 3 decimals."""
-    stats = BUCKET_BLEU.corpus_score(hyps, [refs])
-    return round(float(stats.sys_len) / max(float(stats.ref_len), 1.0), 3)
+    return _ratio(BUCKET_BLEU.corpus_score(hyps, [refs]))
+
+
+def _ratio(bleu: BLEUScore) -> float:
+    return round(float(bleu.sys_len) / max(float(bleu.ref_len), 1.0), 3)
+
+
+def bucket_cell(hyps: list[str], refs: list[str]) -> dict[str, object]:
+    """{n, bleu, chrf, len_ratio} of one bucket (BLEU and the ratio from one BLEU pass)."""
+    bleu = BUCKET_BLEU.corpus_score(hyps, [refs])
+    chrf = BUCKET_CHRF.corpus_score(hyps, [refs]).score
+    return {
+        "n": len(hyps),
+        "bleu": round(bleu.score, 2),
+        "chrf": round(chrf, 2),
+        "len_ratio": _ratio(bleu),
+    }
 
 
 def scores_by_length(
@@ -163,14 +179,7 @@ def length_generalization(
         groups.setdefault(token_bucket(n, buckets), []).append(i)
 
     def cell(idx: list[int]) -> dict[str, object]:
-        sub_hyps, sub_refs = [hyps[i] for i in idx], [refs[i] for i in idx]
-        bleu, chrf = bucket_scores(sub_hyps, sub_refs)
-        return {
-            "n": len(idx),
-            "bleu": bleu,
-            "chrf": chrf,
-            "len_ratio": length_ratio(sub_hyps, sub_refs),
-        }
+        return bucket_cell([hyps[i] for i in idx], [refs[i] for i in idx])
 
     long = [i for i, n in enumerate(src_lens) if n > max_src_len]
     return {
