@@ -159,8 +159,11 @@ def _verdict(
     )
 
 
+Outputs = Mapping[str, Sequence[Sequence[str]]]
+
+
 def compare(
-    outputs: Mapping[str, Sequence[Sequence[str]]],
+    outputs: Outputs,
     references: Sequence[str],
     *,
     metrics: Sequence[MetricName] = DEFAULT_METRICS,
@@ -184,10 +187,46 @@ def compare(
     and the seed-level p-values are each Holm-adjusted; a difference is "better" or "worse" only
     where both adjusted p-values are at most ``alpha`` and all seeds agree on its direction.
     """
+    return compare_splits(
+        {"": (outputs, references)},
+        metrics=metrics,
+        method=method,
+        bs_samples=bs_samples,
+        ar_trials=ar_trials,
+        seed=seed,
+        lowercase=lowercase,
+        tokenize=tokenize,
+        trg_lang=trg_lang,
+        alpha=alpha,
+        blocked_seeds=blocked_seeds,
+    )
+
+
+def compare_splits(
+    tests: Mapping[str, tuple[Outputs, Sequence[str]]],
+    *,
+    metrics: Sequence[MetricName] = DEFAULT_METRICS,
+    method: Method = "bs",
+    bs_samples: int = 1000,
+    ar_trials: int = 10000,
+    seed: int | None = 12345,
+    lowercase: bool = False,
+    tokenize: str | None = None,
+    trg_lang: str = "",
+    alpha: float = 0.05,
+    blocked_seeds: bool = False,
+) -> Report:
+    """`compare` on several test sets at once, as one report: Holm over all their comparisons.
+
+    ``tests`` maps a test set's name (a split, a length bucket) to (outputs, references) as
+    `compare` takes them; every test set holds the same systems, in the same order, with the
+    same number of seeds. With more than one test set each comparison's metric reads
+    "<metric> on <name>" (e.g. "BLEU on long"), so the report has one comparison per system,
+    metric and test set, and the Holm correction runs over all of them.
+    """
     check_alpha(alpha)
-    run_seed = functools.partial(
+    run_tests = functools.partial(
         paired_tests,
-        references=references,
         metrics=metrics,
         method=method,
         bs_samples=bs_samples,
@@ -197,10 +236,28 @@ def compare(
         tokenize=tokenize,
         trg_lang=trg_lang,
     )
-    per_seed = _per_seed_paired(outputs, len(references), run_seed)
-    seed_level, paired = _seed_level(per_seed, tuple(outputs), blocked_seeds)
+    if not tests:
+        raise DataError("no test set to compare the systems on")
+    per_seed: list[list[PairedResult]] = []
+    systems = tuple(next(iter(tests.values()))[0])
+    for name, (outputs, references) in tests.items():
+        if tuple(outputs) != systems:
+            raise DataError(
+                f"test set {name!r} has the systems {list(outputs)}, the first one {list(systems)}:"
+                " every test set must hold the same systems in the same order"
+            )
+        run_set = functools.partial(run_tests, references=references)
+        runs = _per_seed_paired(outputs, len(references), run_set)
+        if len(tests) > 1:
+            runs = [
+                [dataclasses.replace(r, metric=f"{r.metric} on {name}") for r in rs] for rs in runs
+            ]
+        if per_seed and len(runs) != len(per_seed):
+            raise DataError(f"test set {name!r} has {len(runs)} seeds, the first {len(per_seed)}")
+        per_seed = [a + b for a, b in zip(per_seed, runs, strict=True)] if per_seed else runs
+    seed_level, paired = _seed_level(per_seed, systems, blocked_seeds)
     note = resolution_note(method, bs_samples, ar_trials, len(seed_level), alpha)
-    return _report(tuple(outputs), per_seed, seed_level, paired, method, alpha, note)
+    return _report(systems, per_seed, seed_level, paired, method, alpha, note)
 
 
 def _seed_level(

@@ -10,7 +10,8 @@ import pytest
 
 from seq2seq.data.text import DataError
 from seq2seq.errors import ConfigError
-from seq2seq.evaluation.seeds import compare, render_markdown, report_to_dict
+from seq2seq.evaluation.seeds import compare, compare_splits, render_markdown, report_to_dict
+from seq2seq.evaluation.stats import holm
 from tests.evaluation.synthetic import corrupt, make_references
 
 
@@ -76,3 +77,35 @@ def test_compare_errors_name_the_system_and_counts() -> None:
         compare({"base": [refs], "x": [refs]}, refs)
     with pytest.raises(ConfigError, match="alpha"):
         compare({"base": [refs, refs], "x": [refs, refs]}, refs, alpha=5)
+
+
+def test_compare_splits_is_one_report_with_holm_over_every_set() -> None:
+    """Two test sets (a system better on one only): one comparison per system, metric and set,
+    labelled by set, called per set, Holm-adjusted over all of them; a single set is `compare`."""
+    rng = np.random.default_rng(500)
+    short, long = make_references(rng, 50), make_references(rng, 50)
+    rates = {"base": (0.3, 0.3), "good_long": (0.3, 0.1), "same": (0.3, 0.3)}
+    tests = {
+        "short": (
+            {name: [corrupt(rng, short, r[0]) for _ in range(3)] for name, r in rates.items()},
+            short,
+        ),
+        "long": (
+            {name: [corrupt(rng, long, r[1]) for _ in range(3)] for name, r in rates.items()},
+            long,
+        ),
+    }
+    report = compare_splits(tests, metrics=("bleu",), bs_samples=1000)
+    calls = {(v.system, v.metric): v for v in report.verdicts}
+    assert set(calls) == {(s, f"BLEU on {t}") for s in ("good_long", "same") for t in tests}
+    assert calls["good_long", "BLEU on long"].verdict == "better"
+    assert calls["good_long", "BLEU on short"].verdict == "no difference shown"
+    assert calls["same", "BLEU on long"].verdict == "no difference shown"
+    sentence = [v.sentence_p for v in report.verdicts]
+    assert [v.sentence_p_holm for v in report.verdicts] == holm(sentence)  # one family of 4
+    alone = compare(tests["long"][0], long, metrics=("bleu",), bs_samples=1000)
+    assert [v.metric for v in alone.verdicts] == ["BLEU", "BLEU"]  # one set: no label
+    with pytest.raises(DataError, match="same systems"):
+        compare_splits({"a": tests["short"], "b": ({"x": [long] * 3, "y": [long] * 3}, long)})
+    with pytest.raises(DataError, match="no test set"):
+        compare_splits({})
