@@ -3,7 +3,8 @@
 Usage:
     python scripts/compare_runs.py --latest
     python scripts/compare_runs.py SWEEP_DIR [SWEEP_DIR ...] [--out DIR]
-        [--length-by words|items|tokens] [--baseline ENCODING] [--curves] [--title TEXT]
+        [--length-by words|items|tokens] [--baseline ENCODING] [--reference SWEEP_DIR]
+        [--method bs|ar|both] [--bs-samples N] [--ar-trials N] [--curves] [--title TEXT]
 
 A sweep folder holds one folder per job (`<num>_<overrides>/`, written by `seq2seq-train -m`).
 Each finished job has `results.json` and one `{split}.hyp` per test split; this script re-scores
@@ -18,12 +19,19 @@ than 4 tokens (one or two numbers of the numbers data).
 `--length-by tokens` is for runs trained short (data.train_max_src_len, make sweep-multi30k): their
 results.json holds the test splits scored together by source-token bucket and on the "long" split
 (sources over the cap), computed by training with the run's own tokenizer; the report reads those
-and the whole test splits' scores. `--baseline` compares every encoding with that one (Welch t)
-instead of with the best. `--curves` adds validation BLEU by step (train_log.jsonl) as a table
-and valid_bleu_by_step.png, and each run's wall time.
+and the whole test splits' scores. `--reference` adds the jobs of another sweep under their
+encoding's name + " (all lengths)": the same model trained on every length (make sweep-multi30k's
+reference), scored on the same buckets. `--curves` adds validation BLEU by step
+(train_log.jsonl) as a table and valid_bleu_by_step.png, and each run's wall time.
+
+The significance section (scripts/sweep_significance.py) tests every encoding against
+`--baseline` (default: the best on the first split) on the same sentences: sacreBLEU's paired
+bootstrap and/or approximate randomization for each seed, a pooled-variance t-test over seeds,
+Holm's correction over all the report's comparisons; significance.json holds every number.
 
 Outputs (into --out, default the first sweep folder): comparison.csv (long format, one row per
-encoding, seed, split and bucket), comparison.md (also printed) and bleu_by_length.png.
+encoding, seed, split and bucket), comparison.md (also printed), significance.json and
+bleu_by_length.png.
 """
 
 from __future__ import annotations
@@ -43,9 +51,11 @@ from sweep_report import (
     Row,
     failed_lines,
     plot_bleu_by_length,
+    rank_encodings,
     render_markdown,
     write_csv,
 )
+from sweep_significance import Settings, labels_for_tests, read_hyps, significance_section
 
 from seq2seq.config.schema import DataConfig, resolve_path
 from seq2seq.evaluation.scoring import bucket_scores, leading_int, length_groups
@@ -127,19 +137,20 @@ def load_job(path: Path, sweep: Path) -> Job:
 # ----------------------------------------------------------------------------- scoring
 
 
-def read_hyps(path: Path) -> list[str]:
-    """One hypothesis per line; only "\\n" separates lines (hypotheses may hold other breaks)."""
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    return lines[:-1] if text.endswith("\n") else lines
-
-
 def make_row(job: Job, split: str, bucket: str, hyps: list[str], refs: list[str]) -> Row:
     """Corpus BLEU and chrF of one bucket (2 decimals, as in training), with job size and speed."""
     return _row(job, split, bucket, len(hyps), *bucket_scores(hyps, refs))
 
 
-def _row(job: Job, split: str, bucket: str, n: int, bleu: float, chrf: float) -> Row:
+def _row(
+    job: Job,
+    split: str,
+    bucket: str,
+    n: int,
+    bleu: float,
+    chrf: float,
+    len_ratio: float | None = None,
+) -> Row:
     res = job.results or {}
     return Row(
         job.label,
@@ -153,6 +164,7 @@ def _row(job: Job, split: str, bucket: str, n: int, bleu: float, chrf: float) ->
         res.get("params"),
         res.get("train_minutes"),
         res.get("train_tokens_per_s"),
+        len_ratio,
     )
 
 
@@ -204,9 +216,12 @@ def length_rows(job: Job) -> tuple[list[Row], list[str]]:
         ]
     cap, joint = length["max_src_len"], " + ".join(length["splits"])
     long = length["long"]
-    rows = [_row(job, f"long (> {cap} tokens)", "all", long["n"], long["bleu"], long["chrf"])]
+    cell = lambda split, b, c: _row(  # noqa: E731
+        job, split, b, c["n"], c["bleu"], c["chrf"], c.get("len_ratio")
+    )
+    rows = [cell(f"long (> {cap} tokens)", "all", long)]
     every = [("all", length["all"]), *length["buckets"].items()]
-    rows += [_row(job, joint, b, c["n"], c["bleu"], c["chrf"]) for b, c in every]
+    rows += [cell(joint, b, c) for b, c in every]
     for split, t in (res.get("test") or {}).items():
         rows.append(_row(job, split, "all", t.get("n", 0), t["bleu"], t["chrf"]))
     return rows, []
@@ -247,8 +262,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "source-token buckets of runs trained short (results.json's length)",
     )
     parser.add_argument(
-        "--baseline", help="compare each encoding with this one (default: the best)"
+        "--baseline", help="test each encoding against this one (default: the best)"
     )
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        help="a sweep of runs trained on every length, reported as '<encoding> (all lengths)'",
+    )
+    parser.add_argument("--method", choices=["bs", "ar", "both"], default="both")
+    parser.add_argument("--bs-samples", type=int, default=1000, help="paired bootstrap resamples")
+    parser.add_argument("--ar-trials", type=int, default=10000, help="randomization trials")
     parser.add_argument(
         "--curves", action="store_true", help="add validation BLEU by step and wall times"
     )
@@ -270,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sweeps = sweep_dirs(args)
     jobs = [load_job(p, s) for s in sweeps for p in find_job_dirs(s)]
+    if args.reference:
+        for job in (refs := [load_job(p, args.reference) for p in find_job_dirs(args.reference)]):
+            job.label += " (all lengths)"
+        jobs += refs
     done = [j for j in jobs if j.problem is None]
     if not done:
         found = f"{len(jobs)} job folder(s), none finished" if jobs else "no job folder"
@@ -295,8 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or sweeps[0]
     out.mkdir(parents=True, exist_ok=True)
     title = args.title or f"Positional encodings: {', '.join(s.name for s in sweeps)}"
-    report = render_markdown(title, rows, jobs, notes, args.length_by, args.baseline)
+    labels = labels_for_tests(rank_encodings(rows, [rows[0].split]), args.baseline)
+    settings = Settings(args.method, args.bs_samples, args.ar_trials)
+    significance, tested = significance_section(jobs, labels, read, args.length_by, settings)
+    report = render_markdown(title, rows, jobs, notes, args.length_by, significance)
     paths = [out / "comparison.csv", out / "comparison.md", out / "bleu_by_length.png"]
+    paths.append(out / "significance.json")
+    paths[-1].write_text(json.dumps(tested, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     if args.curves:
         curves = read_curves(done)
         report += "\n" + "\n".join([*curve_lines(curves), "", *runs_lines(jobs)]) + "\n"

@@ -16,7 +16,6 @@ from seq2seq.evaluation.scoring import BUCKET_CHRF as CHRF
 from seq2seq.evaluation.scoring import bucket_key
 
 UNITS = {"words": "words", "items": "comma-separated items", "tokens": "source tokens"}
-NOISE_T = 2.0  # |Welch t| above this counts as a difference beyond seed noise
 DASH = "–"
 
 
@@ -49,6 +48,7 @@ class Row:
     params: int | None
     train_minutes: float | None
     train_tokens_per_s: float | None
+    len_ratio: float | None = None  # hypothesis / reference length (runs trained short)
 
 
 # ----------------------------------------------------------------------------- finding jobs
@@ -71,23 +71,13 @@ def fmt_mean_std(values: list[float], digits: int = 2) -> str:
     return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
-def welch_t(a: list[float], b: list[float]) -> float | None:
-    """Welch's t of mean(a) - mean(b); None when a side has fewer than two values."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    (ma, sa), (mb, sb) = mean_std(a), mean_std(b)
-    se = math.sqrt(sa**2 / len(a) + sb**2 / len(b))
-    if se == 0:
-        return 0.0 if ma == mb else math.copysign(math.inf, ma - mb)
-    return (ma - mb) / se
-
-
 def cell(rows: list[Row], label: str, split: str, bucket: str, metric: str = "bleu") -> list[float]:
-    """The values of `metric` over the seeds of one encoding, split and bucket."""
+    """The values of `metric` over the seeds of one encoding, split and bucket (None skipped)."""
     return [
         getattr(r, metric)
         for r in rows
         if (r.encoding, r.split, r.bucket) == (label, split, bucket)
+        and getattr(r, metric) is not None
     ]
 
 
@@ -157,7 +147,8 @@ def main_table(rows: list[Row], labels: list[str], splits: list[str]) -> list[st
 
 
 def bucket_table(rows: list[Row], labels: list[str], split: str, metric: str = "bleu") -> list[str]:
-    """BLEU or chrF (mean ± std over seeds) of one split: rows encodings, columns buckets."""
+    """BLEU, chrF or the length ratio (mean ± std over seeds) of one split: rows encodings,
+    columns buckets."""
     buckets = split_buckets(rows, split)
     if not buckets:
         return ["No per-length scores (hypotheses or references could not be read)."]
@@ -167,70 +158,12 @@ def bucket_table(rows: list[Row], labels: list[str], split: str, metric: str = "
             sizes.setdefault(r.bucket, set()).add(r.n_sentences)
     n = {b: "–".join(str(k) for k in sorted({min(sizes[b]), max(sizes[b])})) for b in buckets}
     header = ["Encoding", *(f"{b} (n={n[b]})" for b in buckets)]
+    digits = 3 if metric == "len_ratio" else 2
     body = [
-        [lab, *(fmt_mean_std(cell(rows, lab, split, b, metric)) for b in buckets)] for lab in labels
+        [lab, *(fmt_mean_std(cell(rows, lab, split, b, metric), digits) for b in buckets)]
+        for lab in labels
     ]
     return md_table(header, body, align="r")
-
-
-def noise_verdict(ref: list[float], other: list[float]) -> tuple[str, str]:
-    """(Welch t, verdict) of an encoding's BLEU against the reference encoding's."""
-    t = welch_t(other, ref)
-    if t is None:
-        return DASH, "n/a (one seed: noise unknown)"
-    return f"{t:.2f}", ("yes" if abs(t) > NOISE_T else "no (within seed noise)")
-
-
-def noise_section(
-    rows: list[Row], labels: list[str], split: str, baseline: str | None = None
-) -> list[str]:
-    """Best encoding of a split and, for each other one, its BLEU gap to the baseline (or, with
-    none given or absent, to the best) and the noise verdict."""
-    by_mean = sorted(
-        labels, key=lambda lab: -statistics.fmean(cell(rows, lab, split, "all") or [-1])
-    )
-    best = cell(rows, by_mean[0], split, "all")
-    lines = [
-        f"**{split}**: best is **{by_mean[0]}** (BLEU {fmt_mean_std(best)}, "
-        f"{len(best)} seed{'s' * (len(best) != 1)}).",
-        "",
-    ]
-    if len(by_mean) == 1:
-        return [*lines, "Only one encoding: nothing to compare."]
-    ref_label = baseline if baseline in by_mean else by_mean[0]
-    ref = cell(rows, ref_label, split, "all")
-    body = []
-    for lab in by_mean:
-        if lab == ref_label:
-            continue
-        values = cell(rows, lab, split, "all")
-        gap = statistics.fmean(values) - statistics.fmean(ref) if values and ref else math.nan
-        body.append([lab, fmt_mean_std(values), f"{gap:+.2f}", *noise_verdict(ref, values)])
-    header = [
-        "Encoding",
-        "BLEU",
-        f"Δ vs {ref_label}",
-        "Welch t",
-        "Beyond seed noise",
-    ]
-    return lines + md_table(header, body, align="r")
-
-
-def noise_intro(rows: list[Row]) -> list[str]:
-    """How the seed-noise verdict is made, or why it cannot be."""
-    runs = {r.run: r.encoding for r in rows}
-    seeds = [list(runs.values()).count(lab) for lab in set(runs.values())]
-    if max(seeds) < 2:
-        return [
-            "Only one seed per encoding: seed noise can't be estimated, so no difference "
-            "below can be called real or noise. Run more seeds (`trainer.seed=1,2,3`)."
-        ]
-    return [
-        f"A BLEU difference counts as beyond seed noise when Welch's t statistic "
-        f"t = Δ / sqrt(s₁²/n₁ + s₂²/n₂) has |t| > {NOISE_T:g}, where s is an encoding's "
-        "standard deviation of BLEU over its n seeds. This is a rule of thumb, not a "
-        "significance test: with 2-3 seeds the std itself is very uncertain."
-    ]
 
 
 def signature_lines(jobs: list[Job], by: str = "words") -> list[str]:
@@ -289,10 +222,10 @@ def render_markdown(
     jobs: list[Job],
     notes: list[str],
     by: str,
-    baseline: str | None = None,
+    significance: list[str],
 ) -> str:
-    """The whole report: main table, per-length tables, seed noise (against `baseline` when
-    given), failures, signatures."""
+    """The whole report: main table, per-length tables (BLEU, chrF and, where the runs wrote
+    it, the length ratio), the `significance` section, failures, signatures."""
     splits = ordered(r.split for r in rows)
     labels = rank_encodings(rows, splits)
     n_done = sum(j.problem is None for j in jobs)
@@ -310,15 +243,16 @@ def render_markdown(
         *main_table(rows, labels, splits),
         "",
     ]
-    for metric, name in (("bleu", "BLEU"), ("chrf", "chrF")):
+    metrics = [("bleu", "BLEU"), ("chrf", "chrF")]
+    if any(r.len_ratio is not None for r in rows):
+        metrics.append(("len_ratio", "Length ratio (hypothesis / reference)"))
+    for metric, name in metrics:
         out += [f"## {name} by source length ({unit})", ""]
         for split in splits:
             if split_buckets(rows, split):  # splits scored whole only get no table
                 table = bucket_table(rows, labels, split, metric)
                 out += [f"### {split} ({name})", "", *table, ""]
-    out += ["## Seed noise", "", *noise_intro(rows), ""]
-    for split in splits:
-        out += [*noise_section(rows, labels, split, baseline), ""]
+    out += ["## Significance", "", *significance, ""]
     out += ["## Failed or unfinished jobs", "", *failed_lines(jobs), ""]
     if notes:
         out += ["## Notes", "", *(f"- {n}" for n in notes), ""]

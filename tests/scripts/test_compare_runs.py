@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import itertools
 import json
+import shutil
 import statistics
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
@@ -143,18 +146,13 @@ def md_row(md: str, label: str, section: str = "## Test scores") -> list[str]:
 # ----------------------------------------------------------------------------- units
 
 
-def test_mean_std_and_welch_t() -> None:
+def test_mean_std() -> None:
     mean, std = sr.mean_std([1.0, 2.0, 3.0, 4.0])
     assert mean == 2.5
     assert std == pytest.approx(1.290994, abs=1e-6)  # sample std (n - 1)
     assert sr.mean_std([7.0]) == (7.0, None)
     assert sr.fmt_mean_std([1.0, 2.0, 3.0, 4.0]) == "2.50 ± 1.29"
     assert sr.fmt_mean_std([7.0]) == "7.00"
-    # t = (2 - 5) / sqrt(1/3 + 1/3)
-    assert sr.welch_t([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(-3.674235, abs=1e-6)
-    assert sr.welch_t([1.0], [4.0, 5.0]) is None
-    assert sr.welch_t([3.0, 3.0], [3.0, 3.0]) == 0.0
-    assert sr.welch_t([1.0, 1.0], [3.0, 3.0]) == float("-inf")
 
 
 def test_encoding_label() -> None:
@@ -241,18 +239,22 @@ def test_markdown_bucket_tables(report: dict) -> None:
     assert md_row(md, "sinusoidal", "### test (BLEU)")[1] == "0.00 ± 0.00"  # bucket "1"
 
 
-def test_seed_noise_verdicts(report: dict) -> None:
+def test_significance_against_the_best(report: dict) -> None:
+    """Without --baseline the best (rope) is the baseline. Sinusoidal is worse on every
+    sentence of every seed (sentence-level p tiny), but the override's two seeds (BLEU 100 and
+    ~0) make the pooled seed noise huge: no difference is called, and the text says why."""
     md = report["md"]
-    noise = md[md.index("## Seed noise") : md.index("## Failed")]
-    assert "Welch" in noise
-    assert "|t| > 2" in noise
-    assert "**test**: best is **rope**" in noise
-    sin = md_row(noise, "sinusoidal", "**test**")
-    assert sin[2].startswith("-")
-    assert sin[4] == "yes"
-    override = md_row(noise, OVERRIDE, "**test**")
-    assert abs(float(override[3])) < 2
-    assert override[4].startswith("no")
+    part = md[md.index("## Significance") : md.index("## Failed")]
+    assert "Every encoding against **rope**" in part
+    sin = md_row(part, "sinusoidal", "| System | Metric |")
+    assert sin[1] == "BLEU on test"
+    assert sin[3].startswith("no difference shown (sentence level: paired bootstrap p=")
+    assert "seed level: pooled-variance t-test, df=3" in sin[3]
+    assert "seed level: Holm-adjusted p > 0.05" in sin[3]
+    assert "sentence level: Holm-adjusted" not in sin[3].split("; ", 3)[-1]
+    tested = json.loads((report["out"] / "significance.json").read_text())
+    assert tested["baseline"] == "rope"
+    assert len(tested["verdicts"]) == 2 * 2 * 2  # systems x metrics x splits
 
 
 def test_failed_jobs_and_signature_reported(report: dict) -> None:
@@ -270,12 +272,12 @@ def test_png_is_written(report: dict) -> None:
     assert len(png) > 1000
 
 
-def test_single_seed_noise_cannot_be_estimated(tmp_path: Path) -> None:
+def test_single_seed_is_not_tested(tmp_path: Path) -> None:
     sweep = make_sweep(tmp_path, [j for j in JOBS if j[2] == 1])
     assert cr.main([str(sweep), "--length-by", "items"]) == 0
     md = (sweep / "comparison.md").read_text()  # --out defaults to the sweep folder
-    assert "seed noise can't be estimated" in md
-    assert md_row(md, "sinusoidal", "**test**")[4].startswith("n/a")
+    assert "Not tested: the tests need two encodings with two or more seeds" in md
+    assert json.loads((sweep / "significance.json").read_text()) is None
 
 
 def test_missing_hyp_falls_back_to_results_json(tmp_path: Path) -> None:
@@ -317,7 +319,7 @@ def test_cli_writes_the_three_files(report: dict, tmp_path: Path) -> None:
     out = tmp_path / "cli"
     proc = run_cli(str(report["sweep"]), "--out", str(out), "--length-by", "items")
     assert proc.returncode == 0, proc.stderr
-    names = ["comparison.csv", "comparison.md", "bleu_by_length.png"]
+    names = ["comparison.csv", "comparison.md", "bleu_by_length.png", "significance.json"]
     assert all((out / n).is_file() for n in names)
     assert (out / "comparison.md").read_text() in proc.stdout
     assert all(f"wrote {out / n}" in proc.stdout for n in names)
@@ -354,9 +356,10 @@ def make_short_job(sweep: Path, pos: str, seed: int, long_bleu: float, curve: li
     (path / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logs))
 
 
-def test_tokens_mode_compares_with_the_baseline(tmp_path: Path) -> None:
-    """Long-split BLEU sinusoidal 10, 12 and rope 20, 22: Δ +10.00, Welch t = 10 / sqrt(2/2 +
-    2/2) = 7.07 against the baseline, not against the best (rope)."""
+def test_tokens_mode_tables_and_curves(tmp_path: Path) -> None:
+    """Long-split BLEU sinusoidal 10, 12 and rope 20, 22 (results.json only): the tables and
+    curves read results.json; without translations the significance section says it tested
+    nothing, and why."""
     sweep = tmp_path / "sweep"
     make_short_job(sweep, "sinusoidal", 1, 10.0, [(50, 5.0), (100, 9.0)])
     make_short_job(sweep, "sinusoidal", 2, 12.0, [(50, 7.0), (100, 11.0)])
@@ -366,14 +369,6 @@ def test_tokens_mode_compares_with_the_baseline(tmp_path: Path) -> None:
     args = [str(sweep), "--out", str(out), "--length-by", "tokens"]
     assert cr.main([*args, "--baseline", "sinusoidal", "--curves"]) == 0
     md = (out / "comparison.md").read_text()
-    long_part = md[md.index("**long (> 16 tokens)**") :]
-    assert md_row(long_part, "rope", "Δ vs sinusoidal") == [
-        "rope",
-        "21.00 ± 1.41",
-        "+10.00",
-        "7.07",
-        "yes",
-    ]
     assert md_row(md, "rope")[:4] == ["rope", "21.00 ± 1.41", "30.00 ± 0.00", "31.00 ± 0.00"]
     assert md_row(md, "sinusoidal", "### a + b (BLEU)")[1:] == ["40.00 ± 0.00", "11.00 ± 1.41"]
     assert md_row(md, "sinusoidal", "### a + b (chrF)")[1:] == ["80.00 ± 0.00", "22.00 ± 2.83"]
@@ -381,10 +376,100 @@ def test_tokens_mode_compares_with_the_baseline(tmp_path: Path) -> None:
     assert md_row(md, "sinusoidal", "## Learning curves")[1:] == ["6.0 ± 1.4", "10.0 ± 1.4"]
     assert "summed: 8.0 min" in md
     assert md_row(md, "rope", "## Runs") == ["rope", "1", "100", "bf16", "1.5", "2.0", "no"]
-    assert cr.main(args) == 0  # without a baseline the best (rope) is the reference
-    plain = (out / "comparison.md").read_text()
-    assert "Δ vs rope" in plain
-    assert "Δ vs sinusoidal" not in plain
+    significance = md[md.index("## Significance") : md.index("## Failed")]
+    assert "Every encoding against **sinusoidal**" in significance
+    assert "Not tested: a run's translations cannot be read" in significance
+    assert cr.main(args) == 0  # without a baseline the best (rope) is the baseline
+    assert "Every encoding against **rope**" in (out / "comparison.md").read_text()
+
+
+# a tokens-mode sweep with translations: sources of 2-9 words (the word tokenizer: one token a
+# word), cap 5; refs of random words; every system replaces words of the references at a rate
+# (within the cap, over it): rope is truly better on the long sentences only
+CAP, N_TEST = 5, 80
+RATES = {"sinusoidal": (0.3, 0.3), "rope": (0.3, 0.05), "learned": (0.3, 0.3)}
+
+
+def make_translated_sweep(root: Path, rates: dict, seeds: tuple[int, ...] = (1, 2, 3)) -> Path:
+    """Jobs with .hydra/config.yaml (word tokenizer over root/data), test.hyp and results.json
+    whose "length" block is the run's own scoring (length_generalization)."""
+    from seq2seq.evaluation.scoring import length_generalization
+    from tests.evaluation.synthetic import corrupt, make_references
+
+    rng = np.random.default_rng(7)
+    data = root / "data"
+    data.mkdir(parents=True)
+    srcs = [" ".join(EN[: 2 + i % 8]) for i in range(N_TEST)]
+    refs = make_references(rng, N_TEST)
+    for split, n in (("train", 20), ("test", N_TEST)):
+        (data / f"{split}.en").write_text("".join(x + "\n" for x in srcs[:n]))
+        (data / f"{split}.de").write_text("".join(x + "\n" for x in refs[:n]))
+    lens = [len(x.split()) for x in srcs]
+    sweep = root / "sweep"
+    for (pos, (short, long)), seed in itertools.product(rates.items(), seeds):
+        path = sweep / f"{pos}_seed{seed}"
+        (path / ".hydra").mkdir(parents=True)
+        cfg = {
+            "pos_encoding": {"kind": pos},
+            "trainer": {"seed": seed},
+            "data": {"root": str(data), "src_lang": "en", "tgt_lang": "de", "test": ["test"]},
+            "tokenizer": {"kind": "word", "cache_dir": str(root / "tok")},
+        }
+        (path / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
+        hyps = [
+            corrupt(rng, [ref], long if n > CAP else short)[0]
+            for ref, n in zip(refs, lens, strict=True)
+        ]
+        (path / "test.hyp").write_text("".join(h + "\n" for h in hyps))
+        length = {"splits": ["test"], **length_generalization(lens, hyps, refs, CAP)}
+        res = {"test": {"test": {"n": N_TEST, "bleu": 1.0, "chrf": 1.0}}, "length": length}
+        (path / "results.json").write_text(json.dumps(res))
+    return sweep
+
+
+def test_tokens_mode_tests_long_and_within_the_cap(tmp_path: Path) -> None:
+    """Rope, truly better on long sentences only, is called better there (BLEU and chrF) and
+    not within the cap; learned (the baseline's rates) is called nothing; one report, Holm over
+    its 8 comparisons."""
+    sweep = make_translated_sweep(tmp_path, RATES)
+    out = tmp_path / "out"
+    args = ["--length-by", "tokens", "--baseline", "sinusoidal", "--ar-trials", "1000"]
+    assert cr.main([str(sweep), "--out", str(out), *args]) == 0
+    tested = json.loads((out / "significance.json").read_text())
+    calls = {(v["system"], v["metric"]): v for v in tested["verdicts"]}
+    long, within = f"long (> {CAP} tokens)", f"within {CAP} tokens"
+    assert set(calls) == {
+        (s, f"{m} on {t}")
+        for s in ("rope", "learned")
+        for m in ("BLEU", "chrF2")
+        for t in (long, within)
+    }
+    for metric in ("BLEU", "chrF2"):
+        assert calls["rope", f"{metric} on {long}"]["verdict"] == "better"
+        assert calls["rope", f"{metric} on {within}"]["verdict"] == "no difference shown"
+        for where in (long, within):
+            assert calls["learned", f"{metric} on {where}"]["verdict"] == "no difference shown"
+    md = (out / "comparison.md").read_text()
+    assert "alpha = 0.05 after Holm over 8 comparisons" in md
+    assert md_row(md, "rope", "| System | Metric |")[3].startswith("better (sentence level: ")
+
+
+def test_tokens_mode_checks_the_rebuilt_tokenizer(tmp_path: Path) -> None:
+    """A run whose results.json counts other long sentences than the rebuilt tokenizer finds:
+    the report stops and names the run; a run short of a seed is left out and named."""
+    sweep = make_translated_sweep(tmp_path, RATES)
+    shutil.rmtree(sweep / "learned_seed3")
+    out = tmp_path / "out"
+    args = ["--length-by", "tokens", "--baseline", "sinusoidal", "--method", "bs"]
+    assert cr.main([str(sweep), "--out", str(out), *args]) == 0
+    md = (out / "comparison.md").read_text()
+    assert "learned is not tested: it has no finished run for seed(s) [3]" in md
+    res_file = sweep / "rope_seed2" / "results.json"
+    res = json.loads(res_file.read_text())
+    res["length"]["long"]["n"] -= 1
+    res_file.write_text(json.dumps(res))
+    with pytest.raises(SystemExit, match="rope_seed2: the tokenizer rebuilt"):
+        cr.main([str(sweep), "--out", str(out), *args])
 
 
 def test_tokens_mode_notes_a_run_without_length_results(tmp_path: Path) -> None:
