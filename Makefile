@@ -29,6 +29,9 @@ POS_M30K_DIR ?= multirun/pos_multi30k
 POS_M30K_REF_DIR ?= multirun/pos_multi30k_ref
 POS_M30K_SEEDS ?= 1,2,3
 POS_M30K_REPORT ?= docs/positional/multi30k
+# the finished runs' report inputs (scripts/sweep_archive.py), committed: restored into the sweep
+# folders before it runs (their runs are skipped), saved after; POS_M30K_ARCHIVE= to train all
+POS_M30K_ARCHIVE ?= $(POS_M30K_REPORT)/runs
 LINT_DIRS := seq2seq tests scripts $(wildcard benchmarks)
 
 .DEFAULT_GOAL := help
@@ -70,14 +73,23 @@ sweep:  ## every encoding x 3 seeds on the numbers task, a multirun in multirun/
 	$(PY) scripts/compare_runs.py $(SWEEP_DIR) --length-by items
 
 sweep-multi30k:  ## every encoding x 3 seeds on Multi30k trained on sources <= 10 tokens, tested long, + the all-lengths reference: multirun/ (rerun to resume); the report
+ifneq ($(POS_M30K_ARCHIVE),)
+	$(PY) scripts/sweep_archive.py restore $(POS_M30K_ARCHIVE)/pos_multi30k_ref $(POS_M30K_REF_DIR)
+	$(PY) scripts/sweep_archive.py restore $(POS_M30K_ARCHIVE)/pos_multi30k $(POS_M30K_DIR)
+endif
 	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) -m seq2seq.cli.train -m experiment=pos_multi30k_ref \
 		trainer.seed=$(POS_M30K_SEEDS) pos_encoding=sinusoidal \
 		hydra.sweep.dir=$(POS_M30K_REF_DIR) $(SWEEP_LAUNCHER) $(ARGS)
 	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) -m seq2seq.cli.train -m experiment=pos_multi30k \
 		trainer.seed=$(POS_M30K_SEEDS) pos_encoding=$(SWEEP_ENCODINGS) \
 		hydra.sweep.dir=$(POS_M30K_DIR) $(SWEEP_LAUNCHER) $(ARGS)
-	$(PY) scripts/compare_runs.py $(POS_M30K_DIR) --length-by tokens --baseline sinusoidal \
-		--curves --out $(POS_M30K_REPORT) --title "Positional encodings on Multi30k En-De, trained on sources of at most 10 tokens"
+ifneq ($(POS_M30K_ARCHIVE),)
+	$(PY) scripts/sweep_archive.py save $(POS_M30K_REF_DIR) $(POS_M30K_ARCHIVE)/pos_multi30k_ref
+	$(PY) scripts/sweep_archive.py save $(POS_M30K_DIR) $(POS_M30K_ARCHIVE)/pos_multi30k
+endif
+	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) scripts/compare_runs.py $(POS_M30K_DIR) --length-by tokens \
+		--baseline sinusoidal --reference $(POS_M30K_REF_DIR) --curves --out $(POS_M30K_REPORT) \
+		--title "Positional encodings on Multi30k En-De, trained on sources of at most 10 tokens"
 	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) scripts/attention_long.py --sweep $(POS_M30K_DIR) \
 		--report $(POS_M30K_REPORT)/comparison.csv --png $(POS_M30K_REPORT)/attention_long.png
 

@@ -6,8 +6,10 @@ Usage:
         --report docs/positional/multi30k/comparison.csv --png docs/images/attention_long.png
 
 The best and the worst encoding are those of highest and lowest mean BLEU on the long split in
-the report's comparison.csv (compare_runs.py --length-by tokens); their runs of --seed (default 1)
-translate the sentence with the settings they were tested with (best.pt). The sentence is the
+the report's comparison.csv (compare_runs.py --length-by tokens; the all-lengths reference is
+not an encoding of the sweep and is left out); their runs of --seed (default 1), or of the first
+seed whose checkpoint is on disk (an archived run has none: scripts/sweep_archive.py), translate
+the sentence with the settings they were tested with (best.pt). The sentence is the
 first of the runs' first test split whose source has at least --min-tokens tokens (default 1.5x
 the training cap: well past anything seen in training), so it is chosen by rule, not by look.
 Each panel shows the decoder layers' cross-attention averaged (heads averaged too): a diagonal
@@ -30,6 +32,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 from seq2seq.decode.translator import Translation, Translator
 from seq2seq.train.corpus import read_split
 
+REFERENCE_SUFFIX = " (all lengths)"  # compare_runs.py --reference
+
 
 def best_and_worst(report: Path) -> tuple[str, str]:
     """The encodings of highest and lowest mean long-split BLEU in the report's CSV."""
@@ -39,18 +43,26 @@ def best_and_worst(report: Path) -> tuple[str, str]:
         raise SystemExit(f"attention_long: {report} has no long split (--length-by tokens)")
     by_label: dict[str, list[float]] = {}
     for r in rows:
-        by_label.setdefault(r["encoding"], []).append(float(r["bleu"]))
+        if not r["encoding"].endswith(REFERENCE_SUFFIX):
+            by_label.setdefault(r["encoding"], []).append(float(r["bleu"]))
     ranked = sorted(by_label, key=lambda lab: -statistics.fmean(by_label[lab]))
     return ranked[0], ranked[-1]
 
 
 def run_folder(sweep: Path, report: Path, label: str, seed: int) -> Path:
-    """The job folder of `label` with trainer.seed == seed, from the report's rows."""
+    """The job folder of `label` with trainer.seed == seed, or else with the lowest seed, whose
+    checkpoints/best.pt is on disk, from the report's rows."""
     with report.open(encoding="utf-8") as f:
-        for r in csv.DictReader(f):
-            if r["encoding"] == label and r["seed"] == str(seed):
-                return sweep / r["run"].split("/", 1)[-1]
-    raise SystemExit(f"attention_long: no run of {label} with seed {seed} in {report}")
+        rows = [r for r in csv.DictReader(f) if r["encoding"] == label]
+    seeds = sorted({r["seed"] for r in rows}, key=lambda s: (s != str(seed), int(s or 0)))
+    for s in seeds:
+        job = next(r for r in rows if r["seed"] == s)["run"].split("/", 1)[-1]
+        if (sweep / job / "checkpoints" / "best.pt").is_file():
+            return sweep / job
+    raise SystemExit(
+        f"attention_long: no run of {label} in {report} has checkpoints/best.pt under {sweep} "
+        f"(seeds {', '.join(seeds)}): train one (make sweep-multi30k trains the missing runs)"
+    )
 
 
 def pick_sentence(translator: Translator, min_tokens: int) -> tuple[str, str, int]:

@@ -148,8 +148,8 @@ def test_compare_runs_reads_the_length_results(swept: Path, tmp_path: Path) -> N
     long = results(swept, "rope_seed1")["length"]["long"]
     row = next(ln for ln in md.splitlines() if ln.startswith("| rope |"))
     assert f"| {long['bleu']:.2f} |" in row  # BLEU on the long split, first column
-    assert f"**long (> {CAP} tokens)**" in md
-    assert "Δ vs sinusoidal" in md
+    assert f"| BLEU long (> {CAP} tokens) |" in md
+    assert "Every encoding against **sinusoidal**" in md
     assert "## Learning curves" in md
     assert "## Runs" in md
     assert (tmp_path / "valid_bleu_by_step.png").stat().st_size > 0
@@ -182,3 +182,25 @@ def test_make_resume_trains_a_finished_sweep_run_further(swept: Path) -> None:
     resumed = results(swept, "sinusoidal_seed1")
     assert resumed["resumed_from"] == str(run / "checkpoints" / "last.pt")
     assert resumed["steps"] == 10
+
+
+def test_report_rebuilds_the_runs_source_tokenizer(swept: Path) -> None:
+    """The significance tests split the sentences by source tokens with the tokenizer rebuilt
+    from the run's .hydra/config.yaml: the lengths are those training counted."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "compare_runs", REPO / "scripts" / "compare_runs.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    cr = importlib.util.module_from_spec(spec)
+    sys.modules["compare_runs"] = cr
+    spec.loader.exec_module(cr)
+    import sweep_significance
+
+    job = cr.load_job(swept / "sweep" / "rope_seed1", swept / "sweep")
+    corpus = load_corpus(compose_train(["experiment=pos_multi30k", *overrides(swept)]))
+    srcs = [s for name in ("test", "valid") for s in corpus.evals[name].src_text]
+    lens = [len(ids) for name in ("test", "valid") for ids in corpus.evals[name].src_ids]
+    assert sweep_significance.source_lengths(job, srcs) == lens
