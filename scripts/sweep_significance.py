@@ -74,7 +74,7 @@ def source_lengths(job: Job, sources: list[str]) -> list[int]:
 def length_sets(
     job: Job, lens: list[int], refs: list[str], hyps: list[str]
 ) -> dict[str, list[int]]:
-    """{"long (> L)": sources over the cap L, "within L": the others}, checked against the
+    """{"long (> L)": sources over the cap L, "short (<= L)": the others}, checked against the
     run's own results.json ("length": its long split's size and BLEU)."""
     length = (job.results or {})["length"]
     cap = int(length["max_src_len"])
@@ -88,7 +88,7 @@ def length_sets(
             f"{mine['n']} long sentences (BLEU {mine['bleu']}) but the run wrote {wrote['n']} "
             f"(BLEU {wrote['bleu']}) to results.json: its tokenizer cannot be rebuilt here"
         )
-    return {f"long (> {cap} tokens)": long, f"within {cap} tokens": within}
+    return {f"long (> {cap} tokens)": long, f"short (<= {cap} tokens)": within}
 
 
 def translations(job: Job, read: Reader, by: str) -> Translations:

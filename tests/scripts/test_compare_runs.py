@@ -437,7 +437,7 @@ def test_tokens_mode_tests_long_and_within_the_cap(tmp_path: Path) -> None:
     assert cr.main([str(sweep), "--out", str(out), *args]) == 0
     tested = json.loads((out / "significance.json").read_text())
     calls = {(v["system"], v["metric"]): v for v in tested["verdicts"]}
-    long, within = f"long (> {CAP} tokens)", f"within {CAP} tokens"
+    long, within = f"long (> {CAP} tokens)", f"short (<= {CAP} tokens)"
     assert set(calls) == {
         (s, f"{m} on {t}")
         for s in ("rope", "learned")
