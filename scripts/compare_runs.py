@@ -55,7 +55,7 @@ from sweep_report import (
     render_markdown,
     write_csv,
 )
-from sweep_significance import Settings, labels_for_tests, read_hyps, significance_section
+from sweep_significance import labels_for_tests, read_hyps, settings_for, significance_section
 
 from seq2seq.config.schema import DataConfig, resolve_path
 from seq2seq.evaluation.scoring import bucket_scores, leading_int, length_groups
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     title = args.title or f"Positional encodings: {', '.join(s.name for s in sweeps)}"
     labels = labels_for_tests(rank_encodings(rows, [rows[0].split]), args.baseline)
-    settings = Settings(args.method, args.bs_samples, args.ar_trials)
+    settings = settings_for(args.method, args.bs_samples, args.ar_trials)
     significance, tested = significance_section(jobs, labels, read, args.length_by, settings)
     report = render_markdown(title, rows, jobs, notes, args.length_by, significance)
     paths = [out / "comparison.csv", out / "comparison.md", out / "bleu_by_length.png"]

@@ -27,20 +27,20 @@ from seq2seq.data.prepare import tokenizers_for, train_files
 from seq2seq.errors import UserError
 from seq2seq.evaluation.scoring import bucket_cell
 from seq2seq.evaluation.seeds import Report, compare_splits, render_markdown, report_to_dict
+from seq2seq.evaluation.significance import PairedSettings
 
 Reader = Callable[[DataConfig, str], list[tuple[str, str]]]
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """How the tests run: sacreBLEU's paired bootstrap ("bs"), approximate randomization ("ar")
-    or both, their resamples, the metrics and the level after Holm's correction."""
-
-    method: str = "both"
-    bs_samples: int = 1000
-    ar_trials: int = 10000
-    metrics: tuple[str, ...] = ("bleu", "chrf")
-    alpha: float = 0.05
+def settings_for(method: str, bs_samples: int, ar_trials: int) -> PairedSettings:
+    """The report's tests: BLEU and chrF (cased, as training scores them), sacreBLEU's paired
+    bootstrap ("bs"), approximate randomization ("ar") or both, with these resamples."""
+    return PairedSettings(
+        metrics=("bleu", "chrf"),
+        method=method,  # type: ignore[arg-type]
+        bs_samples=bs_samples,
+        ar_trials=ar_trials,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +127,9 @@ def paired_systems(jobs: list[Job], labels: list[str]) -> tuple[dict[str, list[J
     return {lab: [by_label[lab][s] for s in seeds] for lab in kept}, notes
 
 
-def run_tests(systems: dict[str, list[Job]], read: Reader, by: str, settings: Settings) -> Report:
+def run_tests(
+    systems: dict[str, list[Job]], read: Reader, by: str, settings: PairedSettings
+) -> Report:
     """compare_splits over every test set, the first system the baseline."""
     runs = {lab: [translations(j, read, by) for j in js] for lab, js in systems.items()}
     first = next(iter(runs.values()))[0]
@@ -142,18 +144,11 @@ def run_tests(systems: dict[str, list[Job]], read: Reader, by: str, settings: Se
         )
         for name, idx in first.sets.items()
     }
-    return compare_splits(
-        tests,
-        metrics=settings.metrics,  # type: ignore[arg-type]
-        method=settings.method,  # type: ignore[arg-type]
-        bs_samples=settings.bs_samples,
-        ar_trials=settings.ar_trials,
-        alpha=settings.alpha,
-    )
+    return compare_splits(tests, settings)
 
 
 def significance_section(
-    jobs: list[Job], labels: list[str], read: Reader, by: str, settings: Settings
+    jobs: list[Job], labels: list[str], read: Reader, by: str, settings: PairedSettings
 ) -> tuple[list[str], dict[str, Any] | None]:
     """The report's "Significance" lines and the report as a dict (None when nothing could be
     tested). ``labels[0]`` is the baseline."""

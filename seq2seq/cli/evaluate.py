@@ -34,6 +34,7 @@ from seq2seq.evaluation.comparison import compare_systems, comparison_to_dict, r
 from seq2seq.evaluation.scoring import format_by_length, format_scores, score, scores_by_length
 from seq2seq.evaluation.seeds import compare as compare_seeds
 from seq2seq.evaluation.seeds import render_markdown, report_to_dict
+from seq2seq.evaluation.significance import PairedSettings
 
 if TYPE_CHECKING:
     from seq2seq.decode.translator import Translator
@@ -313,20 +314,19 @@ def compare(cfg: EvaluateConfig) -> dict[str, object]:
         outputs, refs = read_hypotheses(systems, cfg.ref or "")
     else:
         outputs, refs = translate_checkpoints(systems, cfg)
-    tests: dict[str, Any] = {
-        "method": cfg.paired.value,
-        "bs_samples": cfg.paired_bs_n,
-        "ar_trials": cfg.paired_ar_n,
-        "seed": cfg.paired_seed,
-        "alpha": cfg.alpha,
-    }
+    tests = PairedSettings(
+        method=cfg.paired.value,
+        bs_samples=cfg.paired_bs_n,
+        ar_trials=cfg.paired_ar_n,
+        seed=cfg.paired_seed,
+    )
     if systems.seeds:
         named = dict(zip(systems.names, outputs, strict=True))
-        report = compare_seeds(named, refs, blocked_seeds=cfg.blocked_seeds, **tests)
+        report = compare_seeds(named, refs, tests, alpha=cfg.alpha, blocked_seeds=cfg.blocked_seeds)
         text, data = render_markdown(report), report_to_dict(report)
     else:
         named_runs = {name: runs[0] for name, runs in zip(systems.names, outputs, strict=True)}
-        comparison = compare_systems(named_runs, refs, **tests)
+        comparison = compare_systems(named_runs, refs, tests, alpha=cfg.alpha)
         text, data = render_comparison(comparison), comparison_to_dict(comparison)
     data["paths"] = dict(zip(systems.names, systems.runs, strict=True))
     show(text, data, cfg)

@@ -21,11 +21,11 @@ from typing import Any, Literal
 
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation.significance import (
-    DEFAULT_METRICS,
+    DEFAULT_PAIRED,
     TEST_NAMES,
     Method,
-    MetricName,
     PairedResult,
+    PairedSettings,
     TestType,
     paired_tests,
 )
@@ -121,36 +121,24 @@ def sentence_verdict(result: PairedResult, alpha: float) -> VerdictWord | None:
 def compare_systems(
     hypotheses: Mapping[str, Sequence[str]],
     references: Sequence[str],
+    settings: PairedSettings = DEFAULT_PAIRED,
     *,
-    metrics: Sequence[MetricName] = DEFAULT_METRICS,
-    method: Method = "bs",
-    bs_samples: int = 1000,
-    ar_trials: int = 10000,
-    seed: int | None = 12345,
     alpha: float = 0.05,
 ) -> Comparison:
     """Paired tests (significance.paired_tests) of every system against the first, one run
     each, Holm-adjusted over the report's comparisons (every other system on every metric)."""
     check_alpha(alpha)
-    results = paired_tests(
-        hypotheses,
-        references,
-        metrics=metrics,
-        method=method,
-        bs_samples=bs_samples,
-        ar_trials=ar_trials,
-        seed=seed,
-    )
+    results = paired_tests(hypotheses, references, settings)
     family = sum(not r.is_baseline for r in results)
-    note = resolution_note(method, bs_samples, ar_trials, family, alpha)
+    note = resolution_note(settings.method, settings.bs_samples, settings.ar_trials, family, alpha)
     return Comparison(
         baseline=next(iter(hypotheses)),
         systems=tuple(hypotheses),
         metrics=tuple(dict.fromkeys(r.metric for r in results)),
-        method=method,
-        bs_samples=bs_samples,
-        ar_trials=ar_trials,
-        seed=seed,
+        method=settings.method,
+        bs_samples=settings.bs_samples,
+        ar_trials=settings.ar_trials,
+        seed=settings.seed,
         alpha=alpha,
         n_sentences=len(references),
         family=family,

@@ -29,11 +29,11 @@ from seq2seq.evaluation.comparison import (
     signatures,
 )
 from seq2seq.evaluation.significance import (
-    DEFAULT_METRICS,
+    DEFAULT_PAIRED,
     TEST_NAMES,
     Method,
-    MetricName,
     PairedResult,
+    PairedSettings,
     paired_tests,
 )
 from seq2seq.evaluation.stats import SeedResult, holm, seed_tests
@@ -165,15 +165,8 @@ Outputs = Mapping[str, Sequence[Sequence[str]]]
 def compare(
     outputs: Outputs,
     references: Sequence[str],
+    settings: PairedSettings = DEFAULT_PAIRED,
     *,
-    metrics: Sequence[MetricName] = DEFAULT_METRICS,
-    method: Method = "bs",
-    bs_samples: int = 1000,
-    ar_trials: int = 10000,
-    seed: int | None = 12345,
-    lowercase: bool = False,
-    tokenize: str | None = None,
-    trg_lang: str = "",
     alpha: float = 0.05,
     blocked_seeds: bool = False,
 ) -> Report:
@@ -181,38 +174,21 @@ def compare(
 
     ``outputs`` maps each system to its translations of ``references``, one list of lines per
     training seed (the same number of seeds for every system; the j-th outputs of the systems
-    are tested against each other). Each seed's outputs get `paired_tests`; the per-seed corpus
-    scores get `seed_tests` (pooled, or ``blocked_seeds``). Over the report's comparisons (every
-    non-baseline system and metric), the sentence-level p-values (max over seeds and methods)
-    and the seed-level p-values are each Holm-adjusted; a difference is "better" or "worse" only
-    where both adjusted p-values are at most ``alpha`` and all seeds agree on its direction.
+    are tested against each other). Each seed's outputs get `paired_tests` (run as ``settings``
+    says); the per-seed corpus scores get `seed_tests` (pooled, or ``blocked_seeds``). Over the
+    report's comparisons (every non-baseline system and metric), the sentence-level p-values
+    (max over seeds and methods) and the seed-level p-values are each Holm-adjusted; a
+    difference is "better" or "worse" only where both adjusted p-values are at most ``alpha``
+    and all seeds agree on its direction.
     """
-    return compare_splits(
-        {"": (outputs, references)},
-        metrics=metrics,
-        method=method,
-        bs_samples=bs_samples,
-        ar_trials=ar_trials,
-        seed=seed,
-        lowercase=lowercase,
-        tokenize=tokenize,
-        trg_lang=trg_lang,
-        alpha=alpha,
-        blocked_seeds=blocked_seeds,
-    )
+    tests = {"": (outputs, references)}
+    return compare_splits(tests, settings, alpha=alpha, blocked_seeds=blocked_seeds)
 
 
 def compare_splits(
     tests: Mapping[str, tuple[Outputs, Sequence[str]]],
+    settings: PairedSettings = DEFAULT_PAIRED,
     *,
-    metrics: Sequence[MetricName] = DEFAULT_METRICS,
-    method: Method = "bs",
-    bs_samples: int = 1000,
-    ar_trials: int = 10000,
-    seed: int | None = 12345,
-    lowercase: bool = False,
-    tokenize: str | None = None,
-    trg_lang: str = "",
     alpha: float = 0.05,
     blocked_seeds: bool = False,
 ) -> Report:
@@ -225,17 +201,6 @@ def compare_splits(
     metric and test set, and the Holm correction runs over all of them.
     """
     check_alpha(alpha)
-    run_tests = functools.partial(
-        paired_tests,
-        metrics=metrics,
-        method=method,
-        bs_samples=bs_samples,
-        ar_trials=ar_trials,
-        seed=seed,
-        lowercase=lowercase,
-        tokenize=tokenize,
-        trg_lang=trg_lang,
-    )
     if not tests:
         raise DataError("no test set to compare the systems on")
     per_seed: list[list[PairedResult]] = []
@@ -246,7 +211,7 @@ def compare_splits(
                 f"test set {name!r} has the systems {list(outputs)}, the first one {list(systems)}:"
                 " every test set must hold the same systems in the same order"
             )
-        run_set = functools.partial(run_tests, references=references)
+        run_set = functools.partial(paired_tests, references=references, settings=settings)
         runs = _per_seed_paired(outputs, len(references), run_set)
         if len(tests) > 1:
             runs = [
@@ -256,8 +221,14 @@ def compare_splits(
             raise DataError(f"test set {name!r} has {len(runs)} seeds, the first {len(per_seed)}")
         per_seed = [a + b for a, b in zip(per_seed, runs, strict=True)] if per_seed else runs
     seed_level, paired = _seed_level(per_seed, systems, blocked_seeds)
-    note = resolution_note(method, bs_samples, ar_trials, len(seed_level), alpha)
-    return _report(systems, per_seed, seed_level, paired, method, alpha, note)
+    s = settings
+    note = resolution_note(s.method, s.bs_samples, s.ar_trials, len(seed_level), alpha)
+    return _report(systems, per_seed, seed_level, paired, s.method, alpha, note)
+
+
+def _on_set(result: PairedResult, name: str) -> PairedResult:
+    """The result with its metric labelled by its test set: "BLEU on long"."""
+    return dataclasses.replace(result, metric=f"{result.metric} on {name}")
 
 
 def _seed_level(

@@ -79,6 +79,26 @@ _Captured = tuple[npt.NDArray[np.float64], float]
 
 
 @dataclasses.dataclass(frozen=True)
+class PairedSettings:
+    """How the paired tests run, as sacreBLEU's options: the ``metrics``; ``method`` "bs"
+    (paired bootstrap, ``bs_samples`` resamples), "ar" (approximate randomization,
+    ``ar_trials`` trials) or "both"; ``seed`` (``SACREBLEU_SEED``; None seeds from the OS);
+    ``lowercase`` for BLEU and chrF; ``tokenize`` and ``trg_lang`` for BLEU."""
+
+    metrics: tuple[MetricName, ...] = DEFAULT_METRICS
+    method: Method = "bs"
+    bs_samples: int = 1000
+    ar_trials: int = 10000
+    seed: int | None = 12345
+    lowercase: bool = False
+    tokenize: str | None = None
+    trg_lang: str = ""
+
+
+DEFAULT_PAIRED = PairedSettings()
+
+
+@dataclasses.dataclass(frozen=True)
 class PairedPValue:
     """One paired test of a system against the baseline on one metric.
 
@@ -323,21 +343,14 @@ def _results_from_run(
 def paired_tests(
     hypotheses: Mapping[str, Sequence[str]],
     references: Sequence[str],
-    *,
-    metrics: Sequence[MetricName] = DEFAULT_METRICS,
-    method: Method = "bs",
-    bs_samples: int = 1000,
-    ar_trials: int = 10000,
-    seed: int | None = 12345,
-    lowercase: bool = False,
-    tokenize: str | None = None,
-    trg_lang: str = "",
+    settings: PairedSettings = DEFAULT_PAIRED,
 ) -> list[PairedResult]:
     """Paired tests over sentences of every system against the first (the baseline).
 
     Runs `sacrebleu.significance.PairedTest` as ``sacrebleu REF -i BASE SYS... -m METRICS
     --paired-bs`` (``"bs"``, ``bs_samples`` resamples) or ``--paired-ar`` (``"ar"``,
-    ``ar_trials`` trials) does with ``SACREBLEU_SEED=seed``; ``"both"`` runs both. The result of
+    ``ar_trials`` trials) does with ``SACREBLEU_SEED=seed``; ``"both"`` runs both (``settings``
+    holds these, `PairedSettings`). The result of
     a system and metric holds its score, sacreBLEU's bootstrap 95% interval (from the ``bs``
     resamples; for ``"ar"`` alone from ``bs_samples`` extra resamples, as PairedTest's
     ``n_ar_confidence`` does) and, except for the baseline, the p-value of each test. Results are
@@ -345,12 +358,20 @@ def paired_tests(
     case-insensitive (sacreBLEU's default). ``tokenize`` and ``trg_lang`` are BLEU's.
     ``seed=None`` seeds from the OS, as ``SACREBLEU_SEED=None`` does.
     """
+    metrics, method, bs_samples, ar_trials, seed = (
+        settings.metrics,
+        settings.method,
+        settings.bs_samples,
+        settings.ar_trials,
+        settings.seed,
+    )
     check_systems(hypotheses, references)
     names = check_metrics(metrics)
     check_resampling(method, bs_samples, ar_trials, seed)
     named: list[tuple[str, Sequence[str]]] = [(n, list(h)) for n, h in hypotheses.items()]
     built: dict[str, Metric] = {
-        n: _make_metric(n, references, lowercase, tokenize, trg_lang) for n in names
+        n: _make_metric(n, references, settings.lowercase, settings.tokenize, settings.trg_lang)
+        for n in names
     }
     runs: list[list[PairedResult]] = []
     specs = (

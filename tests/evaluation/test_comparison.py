@@ -16,6 +16,7 @@ from seq2seq.evaluation.comparison import (
     sentence_verdict,
     signatures,
 )
+from seq2seq.evaluation.significance import PairedSettings
 from seq2seq.evaluation.stats import holm
 from tests.evaluation.synthetic import corrupt, make_references
 
@@ -36,7 +37,7 @@ def test_holm_over_the_reports_comparisons(systems: tuple[dict[str, list[str]], 
     the baseline has no tests; a copy is p = 1 and no difference; better and worse are called so
     on every metric (TER: lower is better)."""
     hyps, refs = systems
-    c = compare_systems(hyps, refs, method="both", bs_samples=1000, ar_trials=1000)
+    c = compare_systems(hyps, refs, PairedSettings(method="both", bs_samples=1000, ar_trials=1000))
     assert (c.baseline, c.systems, c.metrics) == ("base", tuple(hyps), ("BLEU", "chrF2", "TER"))
     assert (c.family, c.n_sentences, len(c.results)) == (9, 50, 12)
     others = [r for r in c.results if not r.is_baseline]
@@ -59,7 +60,7 @@ def test_text_and_json(systems: tuple[dict[str, list[str]], list[str]]) -> None:
     """The table has a row per metric and system and the signatures of both runs; the JSON
     every number, the verdicts and the signatures by metric."""
     hyps, refs = systems
-    c = compare_systems(hyps, refs, method="both", bs_samples=100, ar_trials=100)
+    c = compare_systems(hyps, refs, PairedSettings(method="both", bs_samples=100, ar_trials=100))
     text = render_comparison(c)
     assert text.startswith("baseline: base; 50 sentences; paired bootstrap (100 resamples), ")
     assert "approximate randomization (100 trials), seed 12345; alpha 0.05" in text

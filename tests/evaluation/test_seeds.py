@@ -11,6 +11,7 @@ import pytest
 from seq2seq.data.text import DataError
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation.seeds import compare, compare_splits, render_markdown, report_to_dict
+from seq2seq.evaluation.significance import PairedSettings
 from seq2seq.evaluation.stats import holm
 from tests.evaluation.synthetic import corrupt, make_references
 
@@ -26,7 +27,7 @@ def test_compare_calls_only_real_differences() -> None:
         for name, rate in rates.items():
             outputs[name].append(corrupt(rng, refs, rate))
         outputs["copy"].append(list(outputs["base"][-1]))
-    report = compare(outputs, refs, method="both", bs_samples=1000, ar_trials=1000)
+    report = compare(outputs, refs, PairedSettings(method="both", bs_samples=1000, ar_trials=1000))
     calls = {(v.system, v.metric): v for v in report.verdicts}
     assert len(calls) == 4 * 3
     for metric in ("BLEU", "chrF2", "TER"):
@@ -60,7 +61,7 @@ def test_compare_says_when_resamples_are_too_few() -> None:
     rng = np.random.default_rng(400)
     refs = make_references(rng, 20)
     outputs = {name: [corrupt(rng, refs, 0.3) for _ in range(2)] for name in ("a", "b", "c")}
-    report = compare(outputs, refs, metrics=("bleu",), bs_samples=50)
+    report = compare(outputs, refs, PairedSettings(metrics=("bleu",), bs_samples=50))
     assert any("use more resamples" in note for note in report.notes)
 
 
@@ -70,7 +71,7 @@ def test_compare_errors_name_the_system_and_counts() -> None:
     refs = ["a b c"] * 10
     outputs = {"base": [refs, refs], "late": [refs, [*refs, "extra"]]}
     with pytest.raises(DataError, match=r"'late', seed output 1, has 11 lines .* have 10"):
-        compare(outputs, refs, metrics=("bleu",))
+        compare(outputs, refs, PairedSettings(metrics=("bleu",)))
     with pytest.raises(DataError, match=r"same number \(>= 2\) .*'base': 2, 'x': 1"):
         compare({"base": [refs, refs], "x": [refs]}, refs)
     with pytest.raises(DataError, match="same number"):
@@ -95,7 +96,7 @@ def test_compare_splits_is_one_report_with_holm_over_every_set() -> None:
             long,
         ),
     }
-    report = compare_splits(tests, metrics=("bleu",), bs_samples=1000)
+    report = compare_splits(tests, PairedSettings(metrics=("bleu",)))
     calls = {(v.system, v.metric): v for v in report.verdicts}
     assert set(calls) == {(s, f"BLEU on {t}") for s in ("good_long", "same") for t in tests}
     assert calls["good_long", "BLEU on long"].verdict == "better"
@@ -103,7 +104,7 @@ def test_compare_splits_is_one_report_with_holm_over_every_set() -> None:
     assert calls["same", "BLEU on long"].verdict == "no difference shown"
     sentence = [v.sentence_p for v in report.verdicts]
     assert [v.sentence_p_holm for v in report.verdicts] == holm(sentence)  # one family of 4
-    alone = compare(tests["long"][0], long, metrics=("bleu",), bs_samples=1000)
+    alone = compare(tests["long"][0], long, PairedSettings(metrics=("bleu",)))
     assert [v.metric for v in alone.verdicts] == ["BLEU", "BLEU"]  # one set: no label
     with pytest.raises(DataError, match="same systems"):
         compare_splits({"a": tests["short"], "b": ({"x": [long] * 3, "y": [long] * 3}, long)})

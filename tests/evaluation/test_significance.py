@@ -14,7 +14,7 @@ from sacrebleu.significance import PairedTest, Result
 
 from seq2seq.data.text import DataError
 from seq2seq.errors import ConfigError
-from seq2seq.evaluation.significance import TestType, paired_tests
+from seq2seq.evaluation.significance import PairedSettings, TestType, paired_tests
 from seq2seq.evaluation.stats import seed_tests
 from tests.evaluation.synthetic import corrupt, make_references
 
@@ -35,13 +35,13 @@ def test_invalid_arguments() -> None:
     refs = ["a b c"] * 4
     hyps = {"base": refs, "other": refs}
     with pytest.raises(ConfigError, match="metrics"):
-        paired_tests(hyps, refs, metrics=("bleu", "meteor"))  # type: ignore[arg-type]
+        paired_tests(hyps, refs, PairedSettings(metrics=("bleu", "meteor")))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="method"):
-        paired_tests(hyps, refs, method="t")  # type: ignore[arg-type]
+        paired_tests(hyps, refs, PairedSettings(method="t"))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="seed"):
-        paired_tests(hyps, refs, seed=0)
+        paired_tests(hyps, refs, PairedSettings(seed=0))
     with pytest.raises(ConfigError, match="at least one resample"):
-        paired_tests(hyps, refs, bs_samples=0)
+        paired_tests(hyps, refs, PairedSettings(bs_samples=0))
     with pytest.raises(DataError, match="baseline and at least one system"):
         paired_tests({"base": refs}, refs)
 
@@ -70,7 +70,9 @@ def test_matches_sacrebleu_paired_test(test: TestType, monkeypatch: pytest.Monke
     monkeypatch.setenv("SACREBLEU_SEED", "999")
     original = sb_significance._compute_p_value
     ours = paired_tests(
-        systems, refs, metrics=("bleu",), method=test, bs_samples=n, ar_trials=n, seed=4242
+        systems,
+        refs,
+        PairedSettings(metrics=("bleu",), method=test, bs_samples=n, ar_trials=n, seed=4242),
     )
     # sacreBLEU's state is given back: the environment and the function we observe
     assert os.environ["SACREBLEU_SEED"] == "999"
@@ -106,7 +108,9 @@ def test_identical_systems_are_never_different() -> None:
         refs = make_references(rng, 30)
         base = corrupt(rng, refs, 0.3)
         results = paired_tests(
-            {"base": base, "copy": list(base)}, refs, method="both", bs_samples=200, ar_trials=200
+            {"base": base, "copy": list(base)},
+            refs,
+            PairedSettings(method="both", bs_samples=200, ar_trials=200),
         )
         assert [r.key for r in results] == ["bleu", "bleu", "chrf", "chrf", "ter", "ter"]
         for r in results[1::2]:
@@ -129,11 +133,9 @@ def test_noise_only_differences_are_rarely_called_significant() -> None:
         result = paired_tests(
             hyps,
             refs,
-            metrics=("bleu",),
-            method="both",
-            bs_samples=200,
-            ar_trials=300,
-            seed=trial + 1,
+            PairedSettings(
+                metrics=("bleu",), method="both", bs_samples=200, ar_trials=300, seed=trial + 1
+            ),
         )[1]
         for t in result.tests:
             false_positives[t.test] += t.p_value < 0.05
@@ -150,7 +152,9 @@ def test_clearly_better_system_is_significant_both_ways() -> None:
         rng = np.random.default_rng(200 + seed)
         refs = make_references(rng, 60)
         hyps = {"base": corrupt(rng, refs, 0.4), "better": corrupt(rng, refs, 0.15)}
-        results = paired_tests(hyps, refs, method="both", bs_samples=200, ar_trials=300)
+        results = paired_tests(
+            hyps, refs, PairedSettings(method="both", bs_samples=200, ar_trials=300)
+        )
         for r in results[1::2]:  # the "better" row of each metric
             assert {t.test for t in r.tests} == {"bs", "ar"}
             for t in r.tests:
