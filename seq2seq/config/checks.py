@@ -15,6 +15,7 @@ from seq2seq.config.schema import (
     EvaluateConfig,
     SearchKind,
     TokenizerConfig,
+    TokenizerKind,
     TrainConfig,
     TrainerConfig,
 )
@@ -93,6 +94,7 @@ def check_config(cfg: TrainConfig) -> None:
         "false when tokenizer.joint is false (two vocabularies)",
     )
     check_data(d, cfg.tokenizer)
+    check_sampling(cfg.tokenizer)
     check_trainer(t)
     check_decode(cfg.decode)
 
@@ -119,6 +121,43 @@ def check_data(d: DataConfig, tok: TokenizerConfig) -> None:
         f"0 or data.train_max_src_len ({d.train_max_src_len}) when training is capped",
     )
     _require(tok.sample_lines >= 1, "tokenizer.sample_lines", tok.sample_lines, "at least 1")
+
+
+def check_sampling(tok: TokenizerConfig) -> None:
+    """Range checks of subword regularization (tokenizer.sampling): each knob only for the
+    SentencePiece model it applies to."""
+    s, kind = tok.sampling, tok.kind
+    _require(
+        0.0 <= s.bpe_dropout < 1.0, "tokenizer.sampling.bpe_dropout", s.bpe_dropout, "in [0, 1)"
+    )
+    _require(
+        0.0 <= s.unigram_alpha <= 1.0,
+        "tokenizer.sampling.unigram_alpha",
+        s.unigram_alpha,
+        "in [0, 1] (0 = off; P(x)^alpha, so above 1 would sharpen, not smooth)",
+    )
+    _require(
+        s.unigram_nbest == -1 or s.unigram_nbest >= 2,
+        "tokenizer.sampling.unigram_nbest",
+        s.unigram_nbest,
+        "-1 (all segmentations) or at least 2",
+    )
+    subword = (TokenizerKind.bpe, TokenizerKind.unigram)
+    fix = "bpe takes bpe_dropout, unigram unigram_alpha and unigram_nbest"
+    if kind not in subword:
+        fix = "a word or char tokenizer has a single segmentation; use tokenizer=bpe or unigram"
+    for key, value, off, model in [
+        ("bpe_dropout", s.bpe_dropout, 0.0, TokenizerKind.bpe),
+        ("unigram_alpha", s.unigram_alpha, 0.0, TokenizerKind.unigram),
+        ("unigram_nbest", s.unigram_nbest, -1, TokenizerKind.unigram),
+    ]:
+        _require(
+            value == off or kind == model,
+            f"tokenizer.sampling.{key}",
+            value,
+            f"{off} with tokenizer.kind={kind.value}: it samples the segmentations of a "
+            f"{model.value} model ({fix})",
+        )
 
 
 def check_trainer(t: TrainerConfig) -> None:

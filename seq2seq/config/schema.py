@@ -144,6 +144,28 @@ def length_cap(d: DataConfig) -> int:
 
 
 @dataclass
+class SubwordSamplingConfig:
+    """tokenizer.sampling: subword regularization, training only (seq2seq/data/subword_sampling.py).
+
+    Each epoch, every training pair is segmented anew by the SentencePiece model's sampler:
+    BPE-dropout (Provilkov et al. 2020, "BPE-Dropout: Simple and Effective Subword
+    Regularization") for tokenizer=bpe, subword sampling (Kudo 2018, "Subword Regularization:
+    Improving Neural Network Translation Models with Multiple Subword Candidates") for
+    tokenizer=unigram. Validation, test and translation always use the deterministic
+    segmentation. All 0 (the default): off, the prepared ids exactly."""
+
+    # bpe: the probability that each merge is skipped (BPE-dropout's p; the paper uses 0.1).
+    # 0 = off. Must be 0 for the other tokenizer kinds
+    bpe_dropout: float = 0.0
+    # unigram: the smoothing exponent: a segmentation x is drawn with probability proportional
+    # to P(x)^alpha (Kudo 2018 tries 0.1-0.5; small = closer to uniform). 0 = off, at most 1
+    unigram_alpha: float = 0.0
+    # unigram: draw among the unigram_nbest most probable segmentations (Kudo's l; at least 2),
+    # or -1 = among all of them (forward-filtering backward-sampling on the lattice)
+    unigram_nbest: int = -1
+
+
+@dataclass
 class TokenizerConfig:
     """tokenizer: how the source and target vocabularies are built."""
 
@@ -155,6 +177,9 @@ class TokenizerConfig:
     cache_dir: str = ".cache/tokenizers"  # trained models, keyed by a hash of data + settings
     sample_lines: int = 1_000_000  # trained on at most this many random training pairs (or all)
     sample_seed: int = 1  # seed of that sample
+    # subword regularization of the training pairs (off by default); not a vocabulary setting:
+    # a fine-tuning run (trainer.init_from) chooses its own
+    sampling: SubwordSamplingConfig = field(default_factory=SubwordSamplingConfig)
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Token-id sequences are `list[int]` without special tokens. `collate` adds BOS/EOS and padding
 (`pad`); `token_batches` groups examples of similar length under a token budget (a pure function
 of its arguments, so resuming and sharding are reproducible) with `cut_batches`, the greedy cut
-that training's epochs (seq2seq/data/epochs.py) compute from group counts; `sentence_batches`
+that training's epochs (seq2seq/data/epochs.py) compute from group counts; `fit_budget` cuts
+a training batch again when sampled segmentations made it too wide; `sentence_batches`
 groups sentences for inference.
 """
 
@@ -117,6 +118,34 @@ def token_batches(
     if shuffle:
         rng.shuffle(batches)
     return batches
+
+
+def fit_budget(batch: Batch, max_tokens: int) -> list[Batch]:
+    """`batch` as passes of at most `max_tokens` (token_batches' budget, over its rows' real
+    lengths): `[batch]` itself when token_batches keeps its rows together, else its rows cut
+    by token_batches (sorted by length) into batches trimmed to their own widths. A training
+    batch is cut for the prepared lengths; sampled segmentations (subword_sampling.py) may
+    make it wider."""
+    src_lens = batch.src.ne(PAD_ID).sum(1).tolist()  # (B,) with EOS
+    tgt_lens = batch.tgt_out.ne(PAD_ID).sum(1).tolist()  # (B,) with EOS
+    if len(src_lens) * (max(*src_lens, *tgt_lens) + 1) <= max_tokens:
+        return [batch]
+    cut = token_batches(src_lens, tgt_lens, max_tokens, shuffle=False)
+    if len(cut) == 1:  # one pair over the budget on its own: a batch by itself, as planned
+        return [batch]
+    parts = []
+    for rows in cut:
+        pick = torch.tensor(rows, dtype=torch.long)  # (b,)
+        s, t = max(src_lens[r] for r in rows), max(tgt_lens[r] for r in rows)
+        parts.append(
+            Batch(
+                src=batch.src[pick, :s],  # (b, s)
+                tgt_in=batch.tgt_in[pick, :t],  # (b, t)
+                tgt_out=batch.tgt_out[pick, :t],  # (b, t)
+                index=batch.index[pick],  # (b,)
+            )
+        )
+    return parts
 
 
 def sentence_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:

@@ -12,6 +12,10 @@ a batch takes, and the next batch is read in a background thread while the model
 Several training splits are mixed: a key's group is the union of the splits' groups of that
 key, and data.weights scales each split's share of every group (stochastic rounding, so an
 epoch draws weight x pairs of a split in expectation, stratified by length).
+
+With subword regularization (tokenizer.sampling), a batch's pairs are segmented anew as it is
+read (subword_sampling.py), from (seed, epoch, pair): the plan stays that of the prepared
+lengths, and batching.fit_budget cuts a batch that sampling made too wide.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import torch
 
 from seq2seq.data.batching import Batch, cut_batches, pad
 from seq2seq.data.prepared import CorpusArrays
+from seq2seq.data.subword_sampling import SubwordSampler
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
 
 log = logging.getLogger(__name__)
@@ -62,11 +67,14 @@ class TrainData:
         max_tokens: int,
         seed: int,
         max_src_len: int = 0,
+        sampler: SubwordSampler | None = None,
     ) -> None:
         """`corpora` by split name, drawn with `weights` (one each, or empty = 1); pairs with a
         side over `max_len` tokens, or a source over `max_src_len` (when above 0;
         data.train_max_src_len) are left out; batches of at most `max_tokens` padded tokens
-        (data.token_batches' budget); shuffled from `seed` and the epoch."""
+        (data.token_batches' budget); shuffled from `seed` and the epoch. `sampler`: segments
+        each batch's pairs anew (tokenizer.sampling), None: the prepared ids."""
+        self.sampler = sampler
         self.names, self.corpora = list(corpora), list(corpora.values())
         self.weights = weights or [1.0] * len(self.corpora)
         self.max_len, self.max_tokens, self.seed = max_len, max_tokens, seed
@@ -213,7 +221,8 @@ class TrainData:
         return future.result() if future is not None else self.read(ref)
 
     def read(self, ref: BatchRef) -> Batch:
-        """The padded Batch of `ref`, read from the corpora."""
+        """The padded Batch of `ref`, read from the corpora (its pairs' segmentations sampled
+        for ref's epoch when there is a sampler: it may then exceed the token budget)."""
         corpus, index = self.members_of(ref)
         rows: list[tuple[list[int], list[int]]] = []
         pairs = list(zip(corpus.tolist(), index.tolist()))
@@ -223,6 +232,8 @@ class TrainData:
                 rows.append((src.tolist(), tgt.tolist()))
             for arrays in self.corpora:  # copied: their pages need not stay mapped
                 arrays.release()
+        if self.sampler is not None:
+            rows = self.sampler.resample(ref[0], self.base[corpus] + index, rows)
         return Batch(
             src=pad([[*s, EOS_ID] for s, _ in rows]),
             tgt_in=pad([[BOS_ID, *t] for _, t in rows]),

@@ -22,6 +22,7 @@ from seq2seq.config.schema import (
 from seq2seq.data.epochs import TrainData
 from seq2seq.data.prepare import cached_prepare, digests, split_files
 from seq2seq.data.prepared import CorpusArrays, Prepared, open_prepared
+from seq2seq.data.subword_sampling import SubwordSampler, subword_sampler
 from seq2seq.data.text import DataError, Split, read_parallel
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.train.checkpoint import data_fingerprint
@@ -63,7 +64,13 @@ def load_corpus(cfg: TrainConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
     prepared = open_checked(path, data, tokenizers)
     toks = prepared.tokenizers
     train = TrainData(
-        prepared.train, data.weights, data.max_len, t.max_tokens, t.seed, data.train_max_src_len
+        prepared.train,
+        data.weights,
+        data.max_len,
+        t.max_tokens,
+        t.seed,
+        data.train_max_src_len,
+        train_sampler(cfg, toks),
     )
     log_filtered(prepared, train, data)
     evals = {}
@@ -71,6 +78,14 @@ def load_corpus(cfg: TrainConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
         files = prepared.eval_files(name) or eval_source(data, name)
         evals[name] = encode_split(name, read_parallel(*files), *toks)
     return Corpus(toks, train, evals, prepared.fingerprint(data.train, data.valid))
+
+
+def train_sampler(cfg: TrainConfig, toks: tuple[Tokenizer, Tokenizer]) -> SubwordSampler | None:
+    """The training pairs' subword sampler (tokenizer.sampling), or None when it is off; the
+    evaluation splits never have one."""
+    d = cfg.data
+    caps = (d.train_max_src_len or d.max_len, d.max_len)
+    return subword_sampler(cfg.tokenizer.sampling, toks, cfg.trainer.seed, caps)
 
 
 def within_cap(split: Split, cap: int) -> Split:
@@ -134,7 +149,15 @@ def corpus_from_splits(
     texts = (train.src_text, train.tgt_text, valid.src_text, valid.tgt_text)
     return Corpus(
         toks,
-        TrainData(arrays, [], data.max_len, t.max_tokens, t.seed, data.train_max_src_len),
+        TrainData(
+            arrays,
+            [],
+            data.max_len,
+            t.max_tokens,
+            t.seed,
+            data.train_max_src_len,
+            train_sampler(cfg, toks),
+        ),
         evals,
         data_fingerprint(*texts),
     )

@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 
 from seq2seq.config.schema import Precision, TrainConfig, length_cap
-from seq2seq.data.batching import Batch
+from seq2seq.data.batching import Batch, fit_budget
 from seq2seq.data.epochs import BatchRef
 from seq2seq.errors import UserError
 from seq2seq.model.transformer import EncoderDecoder
@@ -215,7 +215,7 @@ class Trainer:
         t = self.cfg.trainer
         batches = self.epoch_batches(0)
         first = [batches[i : i + t.accum_steps] for i in range(0, 2 * t.accum_steps, t.accum_steps)]
-        groups = [[self._collate(i) for i in g] for g in first if g]
+        groups = [[b for i in g for b in self._collate(i)] for g in first if g]
 
         def step(precision: Precision, round_: int) -> None:
             self.precision = precision
@@ -377,7 +377,7 @@ class Trainer:
                     continue
                 ids = batches[s.batch : s.batch + t.accum_steps]
                 s.batch += len(ids)
-                group = [self._collate(i) for i in ids]
+                group = [b for i in ids for b in self._collate(i)]
                 self.train_data.prefetch(batches[s.batch : s.batch + t.accum_steps])  # next ones
                 stats = self.train_step(group)
                 if stats is None:
@@ -417,8 +417,9 @@ class Trainer:
             f"same command with hydra.run.dir={self.run_dir})"
         )
 
-    def _collate(self, ref: BatchRef) -> Batch:
-        return self.train_data.collate(ref).to(self.device)
+    def _collate(self, ref: BatchRef) -> list[Batch]:  # > 1 pass: sampled segmentations
+        parts = fit_budget(self.train_data.collate(ref), self.cfg.trainer.max_tokens)
+        return [b.to(self.device) for b in parts]
 
     def validate(self) -> dict[str, float]:
         """Teacher-forced loss and perplexity, and BLEU, chrF and TER of greedy translations,

@@ -208,11 +208,66 @@ def test_bad_keys_and_values_fail_at_compose_time(override: str, key: str, detai
         (["trainer.average_last=4"], "trainer.keep_last"),  # keep_last=3 cannot keep them
         (["trainer.resume=''"], "trainer.resume"),
         (["optim.warmup_steps=-1"], "optim.warmup_steps"),
+        (["tokenizer.sampling.bpe_dropout=1.0"], "tokenizer.sampling.bpe_dropout"),
+        (["tokenizer.sampling.bpe_dropout=-0.1"], "tokenizer.sampling.bpe_dropout"),
+        (
+            ["tokenizer=unigram", "tokenizer.sampling.bpe_dropout=0.1"],
+            "tokenizer.sampling.bpe_dropout",
+        ),
+        (["tokenizer.sampling.unigram_alpha=0.1"], "tokenizer.sampling.unigram_alpha"),  # bpe
+        (
+            ["tokenizer=unigram", "tokenizer.sampling.unigram_alpha=1.5"],
+            "tokenizer.sampling.unigram_alpha",
+        ),
+        (
+            ["tokenizer=unigram", "tokenizer.sampling.unigram_alpha=-0.2"],
+            "tokenizer.sampling.unigram_alpha",
+        ),
+        (
+            [
+                "tokenizer=unigram",
+                "tokenizer.sampling.unigram_alpha=0.1",
+                "tokenizer.sampling.unigram_nbest=1",
+            ],
+            "tokenizer.sampling.unigram_nbest",
+        ),
+        (["tokenizer.sampling.unigram_nbest=8"], "tokenizer.sampling.unigram_nbest"),  # bpe
+        (
+            ["tokenizer=word", "tokenizer.sampling.bpe_dropout=0.1"],
+            "tokenizer.sampling.bpe_dropout",
+        ),
+        (
+            ["tokenizer=char", "tokenizer.sampling.unigram_alpha=0.1"],
+            "tokenizer.sampling.unigram_alpha",
+        ),
     ],
 )
 def test_check_config_rejects(overrides: list[str], key: str) -> None:
     cfg = train_config(overrides)  # composes: the types are fine, the values are not
     with pytest.raises(ValueError, match=key.replace(".", r"\.") + "="):
+        check_config(cfg)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["tokenizer=bpe", "tokenizer.sampling.bpe_dropout=0.1"],
+        ["tokenizer=unigram", "tokenizer.sampling.unigram_alpha=0.1"],
+        [
+            "tokenizer=unigram",
+            "tokenizer.sampling.unigram_alpha=1",
+            "tokenizer.sampling.unigram_nbest=64",
+        ],
+    ],
+)
+def test_check_config_accepts_regularization(overrides: list[str]) -> None:
+    """Subword sampling composes from the command line's keys and passes the checks."""
+    check_config(train_config(overrides))
+
+
+def test_sampling_a_word_tokenizer_is_refused_with_the_fix() -> None:
+    cfg = train_config(["tokenizer=word", "tokenizer.sampling.bpe_dropout=0.1"])
+    with pytest.raises(ValueError, match="word or char tokenizer has a single segmentation"):
         check_config(cfg)
 
 

@@ -14,7 +14,7 @@ import torch
 from seq2seq.errors import ConfigError
 from seq2seq.train.build import build_trainer
 from seq2seq.train.checkpoint import CheckpointError, load_checkpoint
-from seq2seq.train.finetune import check_overrides, load_source
+from seq2seq.train.finetune import adopt, check_overrides, load_source
 from seq2seq.train.resume import find_checkpoint
 from seq2seq.train.run import train
 from tests.tiny_run import NUMBERS, compose_train, tiny_overrides, write_slice
@@ -90,6 +90,25 @@ def test_a_conflicting_model_override_is_refused(source: Path) -> None:
     with pytest.raises(ConfigError, match=r"model\.d_model is 64 on the command line but 32"):
         check_overrides(cfg, src, ["model.d_model=64"])
     check_overrides(compose_train(overrides(source)), src, ["model.d_model=32"])  # agrees
+
+
+def test_a_finetuning_run_chooses_its_own_subword_sampling(source: Path) -> None:
+    """tokenizer.sampling trains, it fixes nothing in the model: the command line's is kept,
+    on its own or with the tokenizer group named (the source was trained without it)."""
+    src = load_source(str(source / "source" / "checkpoints" / "last.pt"))
+    for extra in (
+        ["tokenizer.sampling.bpe_dropout=0.1"],
+        ["tokenizer=bpe", "tokenizer.sampling.bpe_dropout=0.1"],
+    ):
+        cfg = compose_train(overrides(source, *extra))
+        check_overrides(cfg, src, extra)
+        adopt(cfg, src)
+        assert cfg.tokenizer.sampling.bpe_dropout == 0.1
+        assert src.cfg.tokenizer.sampling.bpe_dropout == 0.0
+        assert cfg.tokenizer.vocab_size == src.cfg.tokenizer.vocab_size
+    cfg = compose_train(overrides(source, "tokenizer=unigram"))
+    with pytest.raises(ConfigError, match=r"tokenizer is .* on the command line"):
+        check_overrides(cfg, src, ["tokenizer=unigram"])  # the vocabulary stays the source's
 
 
 def test_a_checkpoint_of_another_vocabulary_is_a_clear_error(source: Path, tmp_path: Path) -> None:
