@@ -1,7 +1,7 @@
 """Training throughput: our Trainer's step against Hugging Face's MarianMTModel, same batches.
 
     python benchmarks/train_throughput.py [--data DIR] [--repeats 5] [--steps 10] [--threads 2]
-        [--precision fp32|bf16] [--dropout 0.1] [--max-tokens 4096] [--no-doc]
+        [--precision fp32|bf16] [--dropout 0.1] [--max-tokens 4096] [--rdrop-alpha 0] [--no-doc]
 
 Both engines: d=256, 3+3 layers, 4 heads, FFN 1024, post-norm, ReLU, scaled embeddings, tied joint
 sentencepiece BPE vocabulary of 8000 (trained on Multi30k train, cached), dropout 0.1 (no dropout on
@@ -17,6 +17,13 @@ repeats alternate the order of the engines. Marian starts from our model's initi
 before any timing is reported: a failed copy aborts the run, and so does an eval-mode loss of the
 first batch at step 0 that differs between ours and either Marian by more than LOSS_TOLERANCE.
 Medians go to benchmarks/results/train_throughput.json and docs/BENCHMARKS.md (train_throughput).
+
+--rdrop-alpha A (> 0) times the step with R-Drop (Liang et al. 2021) on both sides: ours with
+trainer.rdrop_alpha=A (two passes, kernels.rdrop_loss: chunked on the CPU), Marian with two
+forward passes and the same loss written out on its full logits (the mean of the two
+label-smoothed losses + A x the symmetric KL, F.kl_div both ways over the non-pad tokens, / 2).
+Its results are train_throughput_rdrop[_bf16] (JSON and docs/BENCHMARKS.md), beside the plain
+step's.
 """
 
 from __future__ import annotations
@@ -79,6 +86,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         "trainer.progress=false",
         f"trainer.precision={args.precision}",
         f"trainer.compile={str(args.compile).lower()}",
+        f"trainer.rdrop_alpha={args.rdrop_alpha}",
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         from omegaconf import OmegaConf
@@ -112,20 +120,46 @@ def hf_logits(model: Any, batch: Batch) -> torch.Tensor:
     ).logits
 
 
-def hf_step(
-    model: Any, optimizer: Any, scheduler: Any, batch: Batch, smoothing: float, bf16: bool
-) -> float:
-    """One HF training step with the same loss, clipping, optimizer and autocast as ours;
-    returns the loss per target token."""
+def hf_loss(model: Any, batch: Batch, smoothing: float, bf16: bool) -> tuple[Any, Any]:
+    """Marian's summed label-smoothed loss of `batch` and its (N, V) float32 logits."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        logits = hf_logits(model, batch)  # (B, T, V)
+        logits = hf_logits(model, batch).flatten(0, 1).float()  # (B T, V)
     loss = F.cross_entropy(  # the label-smoothed loss as PyTorch ships it (equal to ours)
-        logits.flatten(0, 1).float(),
+        logits,
         batch.tgt_out.flatten(),
         ignore_index=PAD_ID,
         reduction="sum",
         label_smoothing=smoothing,
     )
+    return loss, logits
+
+
+def hf_rdrop_loss(model: Any, batch: Batch, smoothing: float, bf16: bool, alpha: float) -> Any:
+    """R-Drop's loss as ours (kernels.rdrop_loss), on two passes of Marian's full logits."""
+    loss1, x1 = hf_loss(model, batch, smoothing, bf16)
+    loss2, x2 = hf_loss(model, batch, smoothing, bf16)  # other dropout masks
+    keep = batch.tgt_out.flatten().ne(PAD_ID)  # (B T,)
+    lp, lq = x1[keep].log_softmax(-1), x2[keep].log_softmax(-1)  # (N, V) each
+    kl = F.kl_div(lp, lq, reduction="sum", log_target=True)
+    kl = kl + F.kl_div(lq, lp, reduction="sum", log_target=True)
+    return (loss1 + loss2) / 2 + alpha * kl / 2
+
+
+def hf_step(
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    batch: Batch,
+    smoothing: float,
+    bf16: bool,
+    rdrop_alpha: float = 0.0,
+) -> float:
+    """One HF training step with the same loss (R-Drop's when rdrop_alpha > 0), clipping,
+    optimizer and autocast as ours; returns the loss per target token."""
+    if rdrop_alpha > 0:
+        loss = hf_rdrop_loss(model, batch, smoothing, bf16, rdrop_alpha)
+    else:
+        loss = hf_loss(model, batch, smoothing, bf16)[0]
     tokens = batch.tgt_tokens
     (loss / tokens).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -183,9 +217,9 @@ def engine_step(engine: str, cfg: TrainConfig, vocab: int, run_dir: Path) -> tup
     except (KeyError, AttributeError, RuntimeError) as err:  # no comparison without the premise
         raise SystemExit(f"cannot copy our initial weights into Marian: {err!r}") from err
     optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))
-    bf16 = cfg.trainer.precision.value == "bf16"
+    bf16, alpha = cfg.trainer.precision.value == "bf16", cfg.trainer.rdrop_alpha
     return (
-        lambda b: hf_step(model, optimizer, scheduler, b, smoothing, bf16),
+        lambda b: hf_step(model, optimizer, scheduler, b, smoothing, bf16, alpha),
         lambda b: eval_loss(lambda x: hf_logits(model, x), model, b, smoothing),
     )
 
@@ -233,6 +267,8 @@ def child(engine: str, args: argparse.Namespace) -> dict[str, Any]:
         args.precision,
         "--dropout",
         str(args.dropout),
+        "--rdrop-alpha",
+        str(args.rdrop_alpha),
     ] + (["--compile"] if args.compile else [])
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
     if engine != "ours":  # as users run them: oneDNN's default caches (ours: onednn.py)
@@ -294,6 +330,11 @@ def report(result: dict[str, Any]) -> str:
         "d=256, 3+3 layers, 4 heads, FFN 1024, post-norm, joint BPE 8000 (Multi30k train), "
         f"batches of <= {result['max_tokens']} padded tokens (epoch 0's first, length-bucketed), "
         f"label smoothing 0.1, AdamW, clipping 1.0, {result['precision']}, "
+        + (
+            f"R-Drop (alpha {result['rdrop_alpha']}: two passes a step, both engines), "
+            if result.get("rdrop_alpha")
+            else ""
+        )
         + ("ours torch.compile'd, " if result.get("compile") else "")
         + f"{result['threads']} threads. Medians of {result['repeats']} repeats (engine order "
         "alternating, each in its own process) of "
@@ -311,7 +352,8 @@ def report(result: dict[str, Any]) -> str:
     )
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
+    """The command line's options (see the module docstring)."""
     default_data = str(multi30k_root())
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=default_data, help="Multi30k folder")
@@ -328,9 +370,32 @@ def main() -> None:
     )
     parser.add_argument("--dropout", type=float, default=0.1, help="0: loss curves must agree")
     parser.add_argument("--compile", action="store_true", help="ours: trainer.compile=true")
+    parser.add_argument(
+        "--rdrop-alpha",
+        type=float,
+        default=0.0,
+        help="> 0: the step with R-Drop on both sides (ours: trainer.rdrop_alpha)",
+    )
     parser.add_argument("--engine", choices=ENGINES, help="(internal) run one engine, print JSON")
     parser.add_argument("--no-doc", action="store_true", help="skip docs and results/")
     args = parser.parse_args()
+    if args.rdrop_alpha > 0 and args.dropout == 0:
+        parser.error("--rdrop-alpha needs --dropout above 0 (the two passes would agree)")
+    return args
+
+
+def doc_name(args: argparse.Namespace) -> tuple[str, str]:
+    """The results' name (JSON file, docs/BENCHMARKS.md section) and the section's title."""
+    name = "train_throughput" + ("_rdrop" if args.rdrop_alpha > 0 else "")
+    name += "" if args.precision == "fp32" else f"_{args.precision}"
+    title = f"Training throughput: seq2seq vs HF Marian ({args.precision})"
+    if args.rdrop_alpha > 0:
+        title += f", R-Drop alpha {args.rdrop_alpha}"
+    return name, title
+
+
+def main() -> None:
+    args = arguments()
     sys.argv[0] = str(Path(__file__).resolve())  # common.command() names it from the root
     args.data = str(Path(args.data).resolve())
     if args.engine:
@@ -364,11 +429,11 @@ def main() -> None:
         precision=args.precision,
         dropout=args.dropout,
         compile=args.compile,
+        rdrop_alpha=args.rdrop_alpha,
     )
     print(json.dumps(result, indent=2))
     if not args.no_doc:
-        name = "train_throughput" + ("" if args.precision == "fp32" else f"_{args.precision}")
-        title = f"Training throughput: seq2seq vs HF Marian ({args.precision})"
+        name, title = doc_name(args)
         write_json(name, result)
         update_doc(name, title, report(result))
 

@@ -8,6 +8,7 @@ check_decode).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from seq2seq.config.schema import (
     DataConfig,
@@ -96,6 +97,7 @@ def check_config(cfg: TrainConfig) -> None:
     check_data(d, cfg.tokenizer)
     check_sampling(cfg.tokenizer)
     check_trainer(t)
+    check_rdrop(cfg)
     check_decode(cfg.decode)
 
 
@@ -158,6 +160,19 @@ def check_sampling(tok: TokenizerConfig) -> None:
             f"{off} with tokenizer.kind={kind.value}: it samples the segmentations of a "
             f"{model.value} model ({fix})",
         )
+
+
+def check_rdrop(cfg: TrainConfig) -> None:
+    """R-Drop's weight: 0 (off) or more, and only where dropout makes the two passes differ."""
+    alpha, m = cfg.trainer.rdrop_alpha, cfg.model
+    _require(math.isfinite(alpha) and alpha >= 0, "trainer.rdrop_alpha", alpha, "0 (off) or more")
+    _require(
+        alpha == 0.0 or max(m.dropout, m.attn_dropout, m.ffn_dropout) > 0,
+        "trainer.rdrop_alpha",
+        alpha,
+        "0 when model.dropout, model.attn_dropout and model.ffn_dropout are all 0: the two "
+        "passes would be identical (a KL of 0 at twice the cost)",
+    )
 
 
 def check_trainer(t: TrainerConfig) -> None:

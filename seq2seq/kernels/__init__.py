@@ -4,6 +4,7 @@
     attention(q, k, v, bias, key_mask, ...)     scaled dot-product attention, masks built here
     dropout(x, p, training)                     inverted dropout
     output_loss(hidden, weight, target, eps)    output layer + label-smoothed loss, summed
+    rdrop_loss(hidden, again, weight, ...)      R-Drop's loss of two passes, summed
     attention_mask(key_mask, causal, ...)       the boolean mask attention applies (for weights)
     setup_process(device, training, mode)       process-wide settings, once at start-up
     resolve_device(name)                        'auto', 'cpu', 'cuda:N' -> a device that exists
@@ -11,10 +12,11 @@
 Two modes (trainer.kernels):
 - auto (the default): CPU tensors take the fast CPU kernels (cpu.py: oneDNN linears with
   packed weights, 16-bit dropout masks, attention on matmuls or SDPA with padded keys;
-  loss.py: the chunked output layer + loss); tensors on any other device, CUDA included, take
-  the reference path.
+  loss.py: the chunked output layer + loss, and R-Drop's); tensors on any other device,
+  CUDA included, take the reference path.
 - reference: plain PyTorch everywhere (reference.py): F.linear, F.scaled_dot_product_attention,
-  F.dropout, and F.cross_entropy(label_smoothing=...) on full logits.
+  F.dropout, and F.cross_entropy(label_smoothing=...) (with F.kl_div for R-Drop) on full
+  logits.
 Both compute the same function: outputs and gradients agree to float rounding (the dropout
 masks differ). The mode is process-wide, like the settings of setup_process.
 
@@ -33,7 +35,7 @@ from torch import Tensor
 from seq2seq.errors import ConfigError
 from seq2seq.kernels import cpu, onednn, reference
 from seq2seq.kernels.allocator import keep_freed_memory
-from seq2seq.kernels.loss import linear_label_smoothed_nll
+from seq2seq.kernels.loss import linear_label_smoothed_nll, linear_rdrop
 from seq2seq.kernels.reference import Values, attention_mask
 
 MODES = ("auto", "reference")
@@ -129,6 +131,21 @@ def output_loss(
     return reference.output_loss(hidden, weight, target, eps)
 
 
+def rdrop_loss(
+    hidden: Tensor, again: Tensor, weight: Tensor, target: Tensor, eps: float, alpha: float
+) -> tuple[Tensor, Tensor]:
+    """R-Drop's loss (Liang et al. 2021) of two passes of one batch with their own dropout
+    masks, hidden states (N, D) each, through the output layer's weight (V, D), for targets
+    (N,) without padding: the mean of the two summed label-smoothed losses + alpha x the
+    symmetric KL divergence of their output distributions, (KL(p1 || p2) + KL(p2 || p1)) / 2
+    summed over the vocabulary and the targets (the authors' reduction; loss.py says where
+    ours differs). Returns it and the two passes' mean summed NLL (no gradient). On a CPU in
+    auto mode neither pass's (N, V) logits exist (loss.py); elsewhere both do (reference.py)."""
+    if _mode == "auto" and hidden.device.type == "cpu":
+        return linear_rdrop(hidden, again, weight, target, eps, alpha)
+    return reference.rdrop_loss(hidden, again, weight, target, eps, alpha)
+
+
 def resolve_device(name: str) -> torch.device:
     """'auto' picks CUDA when present, else the CPU. A device that does not exist here is a
     ConfigError naming it."""
@@ -153,6 +170,7 @@ __all__ = [
     "get_mode",
     "linear",
     "output_loss",
+    "rdrop_loss",
     "resolve_device",
     "set_mode",
     "setup_process",

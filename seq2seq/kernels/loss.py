@@ -1,5 +1,7 @@
-"""The output layer fused with the label-smoothed loss, for CPU training: chunked, with its
-gradients computed in forward, so that the (N, V) logits never exist."""
+"""The output layer fused with the training loss, for CPU training: chunked, with its gradients
+computed in forward, so that the (N, V) logits never exist. The label-smoothed loss
+(`linear_label_smoothed_nll`) and R-Drop's loss of two passes (`linear_rdrop`): one loss
+concept, here and in reference.py."""
 
 from __future__ import annotations
 
@@ -134,3 +136,114 @@ def smoothed_grad(probs: Tensor, target: Tensor, eps: float) -> Tensor:
     """d loss / d logits = softmax - (1 - eps) * onehot - eps / V, written into `probs` (N, V)."""
     probs.sub_(eps / probs.size(-1))
     return probs.scatter_add_(-1, target[:, None], probs.new_full((target.numel(), 1), eps - 1.0))
+
+
+class _LinearRDrop(torch.autograd.Function):
+    """R-Drop's loss (Liang et al. 2021, "R-Drop: Regularized Dropout for Neural Networks") of
+    two passes' hidden states (N, D) through the output layer (V, D), chunk by chunk: per chunk
+    of c rows both passes' logits (c, V), their log-softmaxes, the two label-smoothed losses
+    and the symmetric KL, and the gradients written out, so that neither pass's (N, V) logits
+    exist. The authors' code (github.com/dropreg/R-Drop, fairseq
+    reg_label_smoothed_cross_entropy.py) sums F.kl_div both ways over the vocabulary and the
+    non-pad tokens and halves it, as here; it sums the two passes' losses where we take their
+    mean (so their alpha is twice ours). Gradients in forward, scaled in backward (the loss
+    is summed), as _LinearSmoothedNLL's.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        hidden: Tensor,
+        again: Tensor,
+        weight: Tensor,
+        target: Tensor,
+        eps: float,
+        alpha: float,
+        chunk: int,
+    ) -> tuple[Tensor, Tensor]:
+        dtype = hidden.dtype
+        if torch.is_autocast_enabled(hidden.device.type):
+            dtype = torch.get_autocast_dtype(hidden.device.type)
+        with torch.autocast(hidden.device.type, enabled=False):
+            h1, h2, w = hidden.to(dtype), again.to(dtype), weight.to(dtype)  # (N, D) x2, (V, D)
+            loss, nll, grad_h1, grad_h2, grad_w = _chunked_rdrop(
+                h1, h2, w, target, eps, alpha, chunk
+            )
+        ctx.save_for_backward(grad_h1, grad_h2, grad_w)
+        ctx.dtypes = (hidden.dtype, again.dtype, weight.dtype)
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor | None, ...]:
+        grad_h1, grad_h2, grad_w = ctx.saved_tensors
+        d1, d2, dw = ctx.dtypes
+        grads = (grad_h1 * grad_loss).to(d1), (grad_h2 * grad_loss).to(d2)
+        return (*grads, (grad_w * grad_loss).to(dw), None, None, None, None)
+
+
+def _chunked_rdrop(
+    h1: Tensor, h2: Tensor, w: Tensor, target: Tensor, eps: float, alpha: float, chunk: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """R-Drop's summed loss, the mean summed NLL, and d loss / d h1, h2 (N, D) and d loss / d w
+    (V, D, float32), for hidden states h1, h2 (N, D) and weights w (V, D) of one dtype."""
+    (n, d), v = h1.shape, w.size(0)
+    fast = onednn.usable(h1, w)  # float32 products on oneDNN (see onednn.py)
+    w_packed = onednn.pack(w) if fast else w  # (V, D), for the logits
+    grad_h1, grad_h2 = torch.empty_like(h1), torch.empty_like(h2)  # (N, D) each
+    grad_w = onednn.weight_grad_zeros(v, d, h1)  # (V, D) float32
+    loss = nll = torch.zeros((), device=h1.device)
+    for start in range(0, n, max(1, chunk)):
+        end = min(start + max(1, chunk), n)
+        a, b, t = h1[start:end], h2[start:end], target[start:end]  # (c, D), (c, D), (c,)
+        x1 = onednn.matmul_t(a, w_packed).float()  # (c, V)
+        x2 = onednn.matmul_t(b, w_packed).float()  # (c, V)
+        loss_c, nll_c, g1, g2 = rdrop_chunk(x1, x2, t, eps, alpha)
+        loss, nll = loss + loss_c, nll + nll_c
+        g1, g2 = g1.to(h1.dtype), g2.to(h1.dtype)  # (c, V) each
+        grad_h1[start:end] = onednn.matmul_t(g1, w.T)  # (c, D)
+        grad_h2[start:end] = onednn.matmul_t(g2, w.T)  # (c, D)
+        grad_w.add_(onednn.weight_grad(g1, a)).add_(onednn.weight_grad(g2, b))  # (V, D)
+    return loss, nll, grad_h1, grad_h2, grad_w
+
+
+def rdrop_chunk(
+    x1: Tensor, x2: Tensor, target: Tensor, eps: float, alpha: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """From both passes' float32 logits (c, V) of a chunk: the summed loss
+    sum(0.5 (ce1 + ce2) + alpha (KL(p1 || p2) + KL(p2 || p1)) / 2), the summed mean NLL, and
+    d loss / d x1, d x2 (c, V). With a = log p1 - log p2, d KL(p1 || p2) / d x1 =
+    p1 (a - KL(p1 || p2)) and d KL(p2 || p1) / d x1 = p1 - p2 (the other pass symmetric)."""
+    l1, l2 = x1.log_softmax(-1), x2.log_softmax(-1)  # (c, V) each
+    p1, p2 = l1.exp(), l2.exp()  # (c, V) each
+    nll1 = -l1.gather(-1, target[:, None]).squeeze(-1)  # (c,)
+    nll2 = -l2.gather(-1, target[:, None]).squeeze(-1)  # (c,)
+    ce = (1.0 - eps) * (nll1 + nll2) - eps * (l1.mean(-1) + l2.mean(-1))  # (c,) ce1 + ce2
+    a = l1 - l2  # (c, V)
+    kl12, kl21 = (p1 * a).sum(-1), -(p2 * a).sum(-1)  # (c,) KL(p1 || p2), KL(p2 || p1)
+    loss = (0.5 * ce + 0.5 * alpha * (kl12 + kl21)).sum()
+    shared = p1 - p2  # (c, V)
+    g1 = p1 * (a - kl12[:, None]) + shared  # (c, V) d (kl12 + kl21) / d x1
+    g2 = p2 * (-a - kl21[:, None]) - shared  # (c, V) d (kl12 + kl21) / d x2
+    g1 = 0.5 * smoothed_grad(p1, target, eps) + (0.5 * alpha) * g1  # p1 no longer needed
+    g2 = 0.5 * smoothed_grad(p2, target, eps) + (0.5 * alpha) * g2
+    return loss, (0.5 * (nll1 + nll2)).sum(), g1, g2
+
+
+def linear_rdrop(
+    hidden: Tensor,
+    again: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    eps: float,
+    alpha: float,
+    chunk: int = 256,
+) -> tuple[Tensor, Tensor]:
+    """reference.rdrop_loss(hidden, again, weight, target, eps, alpha), computed `chunk` rows
+    at a time (_LinearRDrop): hidden states (N, D) of two passes, output weights (V, D),
+    targets (N,) without padding. Only the loss carries a gradient."""
+    # torch's Function.apply has no annotations
+    losses: tuple[Tensor, Tensor] = _LinearRDrop.apply(  # type: ignore[no-untyped-call]
+        hidden, again, weight, target, eps, alpha, chunk
+    )
+    return losses

@@ -124,3 +124,22 @@ def output_loss(
     with torch.no_grad():
         nll = F.cross_entropy(logits, target, reduction="sum")
     return loss, nll
+
+
+def rdrop_loss(
+    hidden: Tensor, again: Tensor, weight: Tensor, target: Tensor, eps: float, alpha: float
+) -> tuple[Tensor, Tensor]:
+    """R-Drop's loss (Liang et al. 2021) from the full float32 logits (N, V) of both passes:
+    the mean of their summed label-smoothed losses + alpha x their symmetric KL divergence,
+    (KL(p1 || p2) + KL(p2 || p1)) / 2 summed over the vocabulary and the rows (kernels.
+    rdrop_loss). hidden, again: the two passes' hidden states (N, D); targets (N,) hold no
+    padding. Returns it and the mean of the two summed NLLs (no gradient)."""
+    x1, x2 = F.linear(hidden, weight).float(), F.linear(again, weight).float()  # (N, V) each
+    ce = F.cross_entropy(x1, target, reduction="sum", label_smoothing=eps)  # ()
+    ce = ce + F.cross_entropy(x2, target, reduction="sum", label_smoothing=eps)  # ()
+    lp1, lp2 = x1.log_softmax(-1), x2.log_softmax(-1)  # (N, V) each
+    kl = F.kl_div(lp1, lp2, reduction="sum", log_target=True)  # () KL(p2 || p1)
+    kl = kl + F.kl_div(lp2, lp1, reduction="sum", log_target=True)  # () + KL(p1 || p2)
+    with torch.no_grad():
+        nll = F.nll_loss(lp1, target, reduction="sum") + F.nll_loss(lp2, target, reduction="sum")
+    return 0.5 * ce + alpha * 0.5 * kl, 0.5 * nll

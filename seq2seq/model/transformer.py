@@ -136,21 +136,39 @@ class EncoderDecoder(nn.Module):
         return [LayerCache(capacity) for _ in self.decoder]
 
     def forward(
-        self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        label_smoothing: float,
+        rdrop_alpha: float = 0.0,
     ) -> tuple[Tensor, Tensor]:
         """Teacher forcing: the summed label-smoothed loss and the summed NLL of the labels
         tgt_out (B, T) for sources (B, S) and decoder inputs (B, T) (BOS + target), over the
         non-pad labels. The output layer and the loss are one kernel (kernels.output_loss), so
         no logits are formed for padding (nor at all on the fused CPU path). Only the loss
         carries a gradient.
+
+        rdrop_alpha > 0: R-Drop (Liang et al. 2021): a second pass of the batch, with its own
+        dropout masks, and kernels.rdrop_loss of the two (the mean of their losses + alpha x
+        their symmetric KL; the NLL is their mean). 0: one pass, exactly as without it.
         """
-        memory, src_mask = self.encode(src)
-        hidden = self.decode_states(tgt_in, memory, src_mask)  # (B, T, D)
         real = tgt_out.ne(PAD_ID)  # (B, T)
         rows = real.flatten().nonzero().squeeze(1)  # (K,)
+        kept = self.label_states(src, tgt_in, rows)  # (K, D)
+        if rdrop_alpha == 0:
+            return kernels.output_loss(kept, self.out.weight, tgt_out[real], label_smoothing)
+        again = self.label_states(src, tgt_in, rows)  # (K, D): the second pass's dropout
+        weight, target = self.out.weight, tgt_out[real]  # (V, D), (K,)
+        return kernels.rdrop_loss(kept, again, weight, target, label_smoothing, rdrop_alpha)
+
+    def label_states(self, src: Tensor, tgt_in: Tensor, rows: Tensor) -> Tensor:
+        """The final decoder states (K, D) of the flattened (B x T) positions `rows` (K,) of a
+        teacher-forced pass over sources (B, S) and decoder inputs (B, T)."""
+        memory, src_mask = self.encode(src)
+        hidden = self.decode_states(tgt_in, memory, src_mask)  # (B, T, D)
         # index_select: its backward (index_add_) is faster on a CPU than a boolean mask's
-        kept = hidden.flatten(0, 1).index_select(0, rows)  # (K, D)
-        return kernels.output_loss(kept, self.out.weight, tgt_out[real], label_smoothing)
+        return hidden.flatten(0, 1).index_select(0, rows)  # (K, D)
 
     def logits(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V) for sources (B, S) and decoder inputs (B, T)."""

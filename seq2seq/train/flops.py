@@ -88,9 +88,18 @@ def stack_params(model: nn.Module) -> tuple[int, int]:
 class FlopCounter:
     """FLOPs of a step's batches for one model (see the module docstring for the formula)."""
 
-    def __init__(self, model: nn.Module, d_model: int, layers: tuple[int, int], tgt_vocab: int):
+    def __init__(
+        self,
+        model: nn.Module,
+        d_model: int,
+        layers: tuple[int, int],
+        tgt_vocab: int,
+        passes: int = 1,
+    ) -> None:
+        """`passes`: forward and backward passes per batch (2 with R-Drop, trainer.rdrop_alpha;
+        its KL's elementwise work is not counted)."""
         self.enc_params, self.dec_params = stack_params(model)
-        self.d, self.layers, self.vocab = d_model, layers, tgt_vocab
+        self.d, self.layers, self.vocab, self.passes = d_model, layers, tgt_vocab, passes
 
     def batch(self, n_src: int, n_tgt: int, src_width: int, tgt_width: int) -> float:
         """Training FLOPs of one batch of n_src/n_tgt real tokens padded to the given widths."""
@@ -101,7 +110,7 @@ class FlopCounter:
             * self.d
             * (enc_layers * n_src * src_width + dec_layers * n_tgt * (tgt_width + src_width))
         )
-        return float(weights + attention)
+        return float(self.passes * (weights + attention))
 
 
 class Throughput:

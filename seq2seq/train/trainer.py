@@ -144,9 +144,8 @@ class Trainer:
         """The FLOP counter and throughput meter (MFU against the precision's peak), and, on
         rank 0 alone, train_log.jsonl and TensorBoard, continuing where the checkpoint was."""
         m, t = self.cfg.model, self.cfg.trainer
-        self.flops = FlopCounter(
-            self.model, m.d_model, (m.enc_layers, m.dec_layers), self.tgt_tok.vocab_size
-        )
+        layers, passes = (m.enc_layers, m.dec_layers), 2 if t.rdrop_alpha else 1  # R-Drop: 2
+        self.flops = FlopCounter(self.model, m.d_model, layers, self.tgt_tok.vocab_size, passes)
         peak = peak_tflops(self.device, t.peak_tflops, DTYPES[self.precision])
         peak *= 1e12 * self.dist.world
         self.throughput = Throughput(peak)
@@ -253,10 +252,11 @@ class Trainer:
         return self._batches[1]
 
     def batch_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
-        """Summed label-smoothed loss and NLL of one batch (teacher forcing)."""
+        """Summed loss (label-smoothed; R-Drop's with trainer.rdrop_alpha) and NLL of a batch."""
+        t = self.cfg.trainer
         with self.autocast():
             losses: tuple[Tensor, Tensor] = self.forward(  # the DDP-wrapped or compiled model
-                batch.src, batch.tgt_in, batch.tgt_out, self.cfg.trainer.label_smoothing
+                batch.src, batch.tgt_in, batch.tgt_out, t.label_smoothing, t.rdrop_alpha
             )
             return losses
 

@@ -240,6 +240,9 @@ def test_bad_keys_and_values_fail_at_compose_time(override: str, key: str, detai
             ["tokenizer=char", "tokenizer.sampling.unigram_alpha=0.1"],
             "tokenizer.sampling.unigram_alpha",
         ),
+        (["trainer.rdrop_alpha=-1"], "trainer.rdrop_alpha"),
+        (["trainer.rdrop_alpha=inf"], "trainer.rdrop_alpha"),
+        (["trainer.rdrop_alpha=1", "model.dropout=0"], "trainer.rdrop_alpha"),
     ],
 )
 def test_check_config_rejects(overrides: list[str], key: str) -> None:
@@ -258,10 +261,12 @@ def test_check_config_rejects(overrides: list[str], key: str) -> None:
             "tokenizer.sampling.unigram_alpha=1",
             "tokenizer.sampling.unigram_nbest=64",
         ],
+        ["trainer.rdrop_alpha=5"],
+        ["trainer.rdrop_alpha=0.5", "model.dropout=0", "model.attn_dropout=0.1"],
     ],
 )
 def test_check_config_accepts_regularization(overrides: list[str]) -> None:
-    """Subword sampling composes from the command line's keys and passes the checks."""
+    """Subword sampling and R-Drop compose from the command line's keys and pass the checks."""
     check_config(train_config(overrides))
 
 
