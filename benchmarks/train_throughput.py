@@ -135,14 +135,15 @@ def hf_loss(model: Any, batch: Batch, smoothing: float, bf16: bool) -> tuple[Any
 
 
 def hf_rdrop_loss(model: Any, batch: Batch, smoothing: float, bf16: bool, alpha: float) -> Any:
-    """R-Drop's loss as ours (kernels.rdrop_loss), on two passes of Marian's full logits."""
+    """R-Drop's loss as ours (the authors' halved: (loss1 + loss2 + alpha x symmetric KL) / 2),
+    on two passes of Marian's full logits."""
     loss1, x1 = hf_loss(model, batch, smoothing, bf16)
     loss2, x2 = hf_loss(model, batch, smoothing, bf16)  # other dropout masks
     keep = batch.tgt_out.flatten().ne(PAD_ID)  # (B T,)
     lp, lq = x1[keep].log_softmax(-1), x2[keep].log_softmax(-1)  # (N, V) each
     kl = F.kl_div(lp, lq, reduction="sum", log_target=True)
     kl = kl + F.kl_div(lq, lp, reduction="sum", log_target=True)
-    return (loss1 + loss2) / 2 + alpha * kl / 2
+    return (loss1 + loss2 + alpha * kl / 2) / 2  # kl / 2: the symmetric KL, as the authors'
 
 
 def hf_step(

@@ -285,10 +285,10 @@ class TrainerConfig:
     patience: int = 0  # stop after this many validations without a best_metric gain (0 = off)
     average_last: int = 0  # average the last N step checkpoints at the end and test it too
     # R-Drop (Liang et al. 2021): > 0 runs every batch through the model twice (independent
-    # dropout masks) and trains on the mean of the two label-smoothed losses + rdrop_alpha x
-    # their symmetric KL divergence (kernels.rdrop_loss). The authors' alpha (their loss sums
-    # the two losses) is twice this one: their IWSLT'14 alpha of 5 is 2.5 here. 0 = off: one
-    # pass, as without it. It needs dropout; a step costs about twice as much
+    # dropout masks) and trains on half the authors' loss, (loss1 + loss2 + rdrop_alpha x their
+    # symmetric KL divergence) / 2 (kernels.rdrop_loss): rdrop_alpha is the authors' alpha
+    # (their IWSLT'14 De-En setting is 5). 0 = off: one pass, as without it. It needs dropout;
+    # a step costs about twice as much
     rdrop_alpha: float = 0.0
 
 

@@ -150,8 +150,9 @@ class EncoderDecoder(nn.Module):
         carries a gradient.
 
         rdrop_alpha > 0: R-Drop (Liang et al. 2021): a second pass of the batch, with its own
-        dropout masks, and kernels.rdrop_loss of the two (the mean of their losses + alpha x
-        their symmetric KL; the NLL is their mean). 0: one pass, exactly as without it.
+        dropout masks, and kernels.rdrop_loss of the two: half the authors' loss, (loss1 + loss2
+        + alpha x their symmetric KL) / 2, so that alpha is the authors' and the loss keeps the
+        scale of one pass (the NLL is their mean). 0: one pass, exactly as without it.
         """
         real = tgt_out.ne(PAD_ID)  # (B, T)
         rows = real.flatten().nonzero().squeeze(1)  # (K,)
@@ -160,7 +161,8 @@ class EncoderDecoder(nn.Module):
             return kernels.output_loss(kept, self.out.weight, tgt_out[real], label_smoothing)
         again = self.label_states(src, tgt_in, rows)  # (K, D): the second pass's dropout
         weight, target = self.out.weight, tgt_out[real]  # (V, D), (K,)
-        return kernels.rdrop_loss(kept, again, weight, target, label_smoothing, rdrop_alpha)
+        kl_weight = rdrop_alpha / 2  # the mean of the two losses + alpha / 2 x KL
+        return kernels.rdrop_loss(kept, again, weight, target, label_smoothing, kl_weight)
 
     def label_states(self, src: Tensor, tgt_in: Tensor, rows: Tensor) -> Tensor:
         """The final decoder states (K, D) of the flattened (B x T) positions `rows` (K,) of a

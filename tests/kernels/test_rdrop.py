@@ -162,8 +162,8 @@ def test_two_passes_equal_the_written_out_loss(
     make_model: MakeModel, make_sources: MakeSources, mode: str
 ) -> None:
     """rdrop_alpha > 0: the loss and every parameter's gradient are those of the written-out
-    R-Drop loss on the full (B, T, V) logits of two passes with the same dropout draws, padding
-    left out. The gradient flows through both passes: with the second pass detached it is
+    R-Drop loss (the authors': loss1 + loss2 + alpha x KL, halved) on the full (B, T, V) logits of
+    two passes with the same dropout draws, padding left out. The gradient flows through both passes: with the second pass detached it is
     another."""
     model = make_model(layers=2, dropout=0.3).train()
     src, tgt_in, tgt_out = batch(make_sources)
@@ -173,7 +173,9 @@ def test_two_passes_equal_the_written_out_loss(
         first = model.logits(src, tgt_in).flatten(0, 1)  # (B T, V)
         second = model.logits(src, tgt_in).flatten(0, 1)  # (B T, V) other dropout masks
         assert not torch.allclose(first, second)
-        return rdrop_loss(first, second.detach() if detach else second, labels, 0.1, 2.0)
+        # the model's alpha is the authors' (their loss sums the two passes' losses): halved,
+        # it weighs the KL against the mean of the two losses that rdrop_loss takes
+        return rdrop_loss(first, second.detach() if detach else second, labels, 0.1, 2.0 / 2)
 
     with kernels.use(mode):
         got = model_grads(model, 5, lambda: model(src, tgt_in, tgt_out, 0.1, 2.0))
