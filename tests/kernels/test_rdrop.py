@@ -162,9 +162,9 @@ def test_two_passes_equal_the_written_out_loss(
     make_model: MakeModel, make_sources: MakeSources, mode: str
 ) -> None:
     """rdrop_alpha > 0: the loss and every parameter's gradient are those of the written-out
-    R-Drop loss (the authors': loss1 + loss2 + alpha x KL, halved) on the full (B, T, V) logits of
-    two passes with the same dropout draws, padding left out. The gradient flows through both passes: with the second pass detached it is
-    another."""
+    R-Drop loss (the authors': loss1 + loss2 + alpha x KL, halved) on the full (B, T, V) logits
+    of two passes with the same dropout draws, padding left out. The gradient flows through
+    both passes: with the second pass detached it is another."""
     model = make_model(layers=2, dropout=0.3).train()
     src, tgt_in, tgt_out = batch(make_sources)
     labels = tgt_out.flatten()  # (B T,)
