@@ -144,7 +144,8 @@ def run_tests(
         )
         for name, idx in first.sets.items()
     }
-    return compare_splits(tests, settings)
+    seeds = [str(j.seed) for j in next(iter(systems.values()))]
+    return compare_splits(tests, settings, seed_names=seeds)
 
 
 def significance_section(

@@ -67,7 +67,8 @@ class Report:
     ``paired[j]`` holds the sentence-level results of the j-th seed's outputs (one
     `PairedResult` per system and metric; their ``p_holm`` is unset, the verdicts hold the
     Holm-adjusted values); ``seed_level`` one `SeedResult` per non-baseline system and metric;
-    ``notes`` says what the numbers can and cannot show.
+    ``notes`` says what the numbers can and cannot show; ``seed_names[j]`` names the j-th
+    outputs (the training seed when the caller gave it, else "#1", "#2", ...).
     """
 
     baseline: str
@@ -76,6 +77,7 @@ class Report:
     method: Method
     alpha: float
     n_seeds: int
+    seed_names: tuple[str, ...]
     paired: tuple[tuple[PairedResult, ...], ...]
     seed_level: tuple[SeedResult, ...]
     verdicts: tuple[Verdict, ...]
@@ -169,6 +171,7 @@ def compare(
     *,
     alpha: float = 0.05,
     blocked_seeds: bool = False,
+    seed_names: Sequence[str] | None = None,
 ) -> Report:
     """Compare systems trained with several seeds against the first system (the baseline).
 
@@ -179,10 +182,12 @@ def compare(
     report's comparisons (every non-baseline system and metric), the sentence-level p-values
     (max over seeds and methods) and the seed-level p-values are each Holm-adjusted; a
     difference is "better" or "worse" only where both adjusted p-values are at most ``alpha``
-    and all seeds agree on its direction.
+    and all seeds agree on its direction. ``seed_names`` labels the seeds in the per-seed table.
     """
     tests = {"": (outputs, references)}
-    return compare_splits(tests, settings, alpha=alpha, blocked_seeds=blocked_seeds)
+    return compare_splits(
+        tests, settings, alpha=alpha, blocked_seeds=blocked_seeds, seed_names=seed_names
+    )
 
 
 def compare_splits(
@@ -191,6 +196,7 @@ def compare_splits(
     *,
     alpha: float = 0.05,
     blocked_seeds: bool = False,
+    seed_names: Sequence[str] | None = None,
 ) -> Report:
     """`compare` on several test sets at once, as one report: Holm over all their comparisons.
 
@@ -220,15 +226,18 @@ def compare_splits(
         if per_seed and len(runs) != len(per_seed):
             raise DataError(f"test set {name!r} has {len(runs)} seeds, the first {len(per_seed)}")
         per_seed = [a + b for a, b in zip(per_seed, runs, strict=True)] if per_seed else runs
+    names = tuple(seed_names) if seed_names is not None else _default_names(len(per_seed))
+    if len(names) != len(per_seed):
+        raise DataError(f"{len(names)} seed names for {len(per_seed)} seeds' outputs: {names}")
     seed_level, paired = _seed_level(per_seed, systems, blocked_seeds)
     s = settings
     note = resolution_note(s.method, s.bs_samples, s.ar_trials, len(seed_level), alpha)
-    return _report(systems, per_seed, seed_level, paired, s.method, alpha, note)
+    return _report(systems, (per_seed, names), seed_level, paired, s.method, alpha, note)
 
 
-def _on_set(result: PairedResult, name: str) -> PairedResult:
-    """The result with its metric labelled by its test set: "BLEU on long"."""
-    return dataclasses.replace(result, metric=f"{result.metric} on {name}")
+def _default_names(n: int) -> tuple[str, ...]:
+    """The j-th outputs' label when the caller did not name the seeds: "#1", "#2", ..."""
+    return tuple(f"#{j + 1}" for j in range(n))
 
 
 def _seed_level(
@@ -252,14 +261,16 @@ def _seed_level(
 
 def _report(
     systems: tuple[str, ...],
-    per_seed: list[list[PairedResult]],
+    seeds: tuple[list[list[PairedResult]], tuple[str, ...]],
     seed_level: list[SeedResult],
     paired: list[list[PairedResult]],
     method: Method,
     alpha: float,
     note: str | None,
 ) -> Report:
-    """Holm-adjust both families of p-values, call each comparison and assemble the report."""
+    """Holm-adjust both families of p-values, call each comparison and assemble the report.
+    ``seeds`` is each seed's sentence-level results and the seeds' names."""
+    per_seed, names = seeds
     sentence_p = [max(t.p_value for r in rows for t in r.tests) for rows in paired]
     seed_p = [s.p_value for s in seed_level]
     sentence_holm, seed_holm = holm(sentence_p), holm(seed_p)
@@ -274,6 +285,7 @@ def _report(
         method=method,
         alpha=alpha,
         n_seeds=len(per_seed),
+        seed_names=names,
         paired=tuple(tuple(run) for run in per_seed),
         seed_level=tuple(seed_level),
         verdicts=verdicts,
@@ -298,12 +310,12 @@ def _markdown_cell(text: str) -> str:
 def _paired_rows(report: Report) -> list[str]:
     """The per-seed sentence-level table's rows."""
     lines = []
-    for j, run in enumerate(report.paired):
+    for name, run in zip(report.seed_names, report.paired, strict=True):
         for r in run:
             bs, ar = ("-" if p is None else fmt_p(p) for p in (r.p_value("bs"), r.p_value("ar")))
             lines.append(
-                f"| {j} | {_markdown_cell(r.system)} | {r.metric} | {r.score:.2f} | "
-                f"{r.ci_mean:.2f} +- {r.ci_halfwidth:.2f} | {bs} | {ar} |"
+                f"| {_markdown_cell(name)} | {_markdown_cell(r.system)} | {r.metric} | "
+                f"{r.score:.2f} | {r.ci_mean:.2f} +- {r.ci_halfwidth:.2f} | {bs} | {ar} |"
             )
     return lines
 

@@ -47,6 +47,8 @@ def test_compare_calls_only_real_differences() -> None:
     markdown = render_markdown(report)
     assert markdown.count("\n| ") == 2 * 1 + 12 + 3 * 15  # two headers, verdicts, per seed
     assert "| better | TER |" in markdown
+    seed_cells = [line.split(" | ")[0] for line in markdown.splitlines() if " | base | " in line]
+    assert seed_cells == ["| #1"] * 3 + ["| #2"] * 3 + ["| #3"] * 3  # unnamed: the j-th outputs
     assert "- BLEU: `nrefs:1|bs:1000|seed:12345|case:mixed|" in markdown
     assert "- TER: `nrefs:1|bs:1000|ar:1000|seed:12345|case:lc|" in markdown
     as_dict = json.loads(json.dumps(report_to_dict(report), allow_nan=False))
@@ -104,8 +106,12 @@ def test_compare_splits_is_one_report_with_holm_over_every_set() -> None:
     assert calls["same", "BLEU on long"].verdict == "no difference shown"
     sentence = [v.sentence_p for v in report.verdicts]
     assert [v.sentence_p_holm for v in report.verdicts] == holm(sentence)  # one family of 4
-    alone = compare(tests["long"][0], long, PairedSettings(metrics=("bleu",)))
+    alone = compare(tests["long"][0], long, PairedSettings(metrics=("bleu",)), seed_names="735")
     assert [v.metric for v in alone.verdicts] == ["BLEU", "BLEU"]  # one set: no label
+    assert alone.seed_names == ("7", "3", "5")
+    assert "\n| 3 | same | BLEU |" in render_markdown(alone)  # the seed, not its index
+    with pytest.raises(DataError, match=r"2 seed names for 3 seeds"):
+        compare_splits(tests, PairedSettings(metrics=("bleu",)), seed_names=["1", "2"])
     with pytest.raises(DataError, match="same systems"):
         compare_splits({"a": tests["short"], "b": ({"x": [long] * 3, "y": [long] * 3}, long)})
     with pytest.raises(DataError, match="no test set"):
