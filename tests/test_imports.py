@@ -250,16 +250,32 @@ def test_imports_are_found_however_written(
     assert imported(name, path, module_files()) == expected
 
 
-def main() -> None:
-    """Print each module's seq2seq imports, by layer, lowest first (as DESIGN.md draws them)."""
+GRAPH_INTRO = "`python -m tests.test_imports` prints it):"
+
+
+def drawn_graph() -> str:
+    """Each module's seq2seq imports, by layer, lowest first, as DESIGN.md draws them."""
     layers, graph = documented_layers(), import_graph()
+    lines = []
     for index, (layer, _) in enumerate(layers):
-        print(f"{index + 1} {layer}")
+        lines.append(f"{index + 1} {layer}")
         for module in sorted(m for m in graph if m != "seq2seq" and layer_of(m, layers) == index):
             targets = ", ".join(sorted(t.removeprefix("seq2seq.") for t in graph[module]))
             line = f"{module.removeprefix('seq2seq.')} -> {targets or '(nothing)'}"
-            print(textwrap.fill(line, 96, initial_indent="  ", subsequent_indent="      "))
+            lines.append(textwrap.fill(line, 96, initial_indent="  ", subsequent_indent="      "))
+    return "\n".join(lines)
+
+
+def test_design_draws_the_import_graph_as_it_is() -> None:
+    """DESIGN.md's drawing of the graph is today's: a new import shows up as a failure here, so
+    the drawing is updated with it (paste `python -m tests.test_imports`)."""
+    text = DESIGN.read_text(encoding="utf-8")
+    assert GRAPH_INTRO in text, f"{DESIGN} has no line ending {GRAPH_INTRO!r} before the graph"
+    block = text.split(GRAPH_INTRO, 1)[1].split("```", 2)[1].removeprefix("text\n").rstrip("\n")
+    assert block == drawn_graph(), (
+        f"{DESIGN}'s import graph is out of date: paste `python -m tests.test_imports` into it"
+    )
 
 
 if __name__ == "__main__":
-    main()
+    print(drawn_graph())
