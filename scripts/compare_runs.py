@@ -55,10 +55,22 @@ from sweep_report import (
     render_markdown,
     write_csv,
 )
-from sweep_significance import labels_for_tests, read_hyps, settings_for, significance_section
+from sweep_significance import (
+    labels_for_tests,
+    read_hyps,
+    settings_for,
+    significance_section,
+    translations,
+)
 
 from seq2seq.config.schema import DataConfig, resolve_path
-from seq2seq.evaluation.scoring import bucket_scores, leading_int, length_groups
+from seq2seq.errors import UserError
+from seq2seq.evaluation.scoring import (
+    bucket_scores,
+    leading_int,
+    length_generalization,
+    length_groups,
+)
 from seq2seq.train.corpus import read_split
 
 Reader = Callable[[DataConfig, str], list[tuple[str, str]]]
@@ -205,16 +217,24 @@ def score_job(job: Job, by: str, read: Reader) -> tuple[list[Row], list[str]]:
     return rows, notes
 
 
-def length_rows(job: Job) -> tuple[list[Row], list[str]]:
-    """Rows of a run trained short (--length-by tokens): its results.json's "length" block (the
-    test splits together, by source-token bucket, and the long split) and each whole test split."""
+def length_rows(job: Job, read: Reader) -> tuple[list[Row], list[str]]:
+    """Rows of a run trained short (--length-by tokens): the test splits together, by
+    source-token bucket, and the long split, scored again from the run's translations with its
+    rebuilt tokenizer (checked against its results.json) on today's buckets, so that runs of any
+    version share one table; results.json's "length" block where the translations are missing.
+    Then each whole test split as results.json has it."""
     res = job.results or {}
     length = res.get("length")
     if not isinstance(length, dict):
         return [], [
             f'`{job.run}`: results.json has no "length" (not trained with data.train_max_src_len)'
         ]
-    cap, joint = length["max_src_len"], " + ".join(length["splits"])
+    cap, joint, notes = length["max_src_len"], " + ".join(length["splits"]), []
+    try:
+        t = translations(job, read, "tokens")
+        length = length_generalization(t.lens, t.hyps, t.refs, int(cap))
+    except (OSError, ValueError, UserError) as err:
+        notes.append(f"`{job.run}`: buckets as its results.json has them (not re-scored: {err})")
     long = length["long"]
     cell = lambda split, b, c: _row(  # noqa: E731
         job, split, b, c["n"], c["bleu"], c["chrf"], c.get("len_ratio")
@@ -222,9 +242,9 @@ def length_rows(job: Job) -> tuple[list[Row], list[str]]:
     rows = [cell(f"long (> {cap} tokens)", "all", long)]
     every = [("all", length["all"]), *length["buckets"].items()]
     rows += [cell(joint, b, c) for b, c in every]
-    for split, t in (res.get("test") or {}).items():
-        rows.append(_row(job, split, "all", t.get("n", 0), t["bleu"], t["chrf"]))
-    return rows, []
+    for split, scores in (res.get("test") or {}).items():
+        rows.append(_row(job, split, "all", scores.get("n", 0), scores["bleu"], scores["chrf"]))
+    return rows, notes
 
 
 def cached_reader() -> Reader:
@@ -311,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, notes, read = [], [], cached_reader()
     for job in done:
         if args.length_by == "tokens":
-            job_rows, job_notes = length_rows(job)
+            job_rows, job_notes = length_rows(job, read)
         else:
             job_rows, job_notes = score_job(job, args.length_by, read)
         rows += job_rows

@@ -172,8 +172,9 @@ def signature_lines(jobs: list[Job], by: str = "words") -> list[str]:
     CHRF.corpus_score(["x"], [["x"]])
     now = {"bleu": str(BLEU.get_signature()), "chrf": str(CHRF.get_signature())}
     where = (
-        "Bucket and long-split scores computed by each run at the end of training "
-        "(results.json's `length`)"
+        "Bucket and long-split scores re-computed from the `.hyp` files, by source tokens of "
+        "each run's rebuilt tokenizer (results.json's `length` where a run's translations "
+        "are missing)"
         if by == "tokens"
         else "Scores re-computed from the `.hyp` files"
     )

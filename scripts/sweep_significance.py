@@ -45,12 +45,14 @@ def settings_for(method: str, bs_samples: int, ar_trials: int) -> PairedSettings
 
 @dataclasses.dataclass(frozen=True)
 class Translations:
-    """A finished job's test sentences over all its test splits: sources, references, its
-    hypotheses, and the test sets (name -> sentence indices)."""
+    """A finished job's test sentences over all its test splits: references, its hypotheses,
+    the test sets (name -> sentence indices) and, counted by source tokens (``by="tokens"``),
+    each source's length in the run's tokens (else empty)."""
 
     refs: list[str]
     hyps: list[str]
     sets: dict[str, list[int]]
+    lens: list[int] = dataclasses.field(default_factory=list)
 
 
 def read_hyps(path: Path) -> list[str]:
@@ -109,9 +111,10 @@ def translations(job: Job, read: Reader, by: str) -> Translations:
         srcs += [s for s, _ in pairs]
         refs += [r for _, r in pairs]
         hyps += split_hyps
-    if by == "tokens":
-        sets = length_sets(job, source_lengths(job, srcs), refs, hyps)
-    return Translations(refs, hyps, sets)
+    if by != "tokens":
+        return Translations(refs, hyps, sets)
+    lens = source_lengths(job, srcs)
+    return Translations(refs, hyps, length_sets(job, lens, refs, hyps), lens)
 
 
 def paired_systems(jobs: list[Job], labels: list[str]) -> tuple[dict[str, list[Job]], list[str]]:

@@ -144,11 +144,12 @@ def format_by_length(rows: list[dict[str, object]], by: str) -> str:
 
 def token_buckets(max_src_len: int) -> list[tuple[int, int]]:
     """Source-token buckets around a training cap L (data.train_max_src_len): halves of L up to
-    2L, then one open bucket; L=16 gives 1-8, 9-16, 17-24, 25-32, 33+."""
+    3L, then one open bucket, so that a table shows 2-3x the training length and beyond apart;
+    L=10 gives 1-5, 6-10, ..., 26-30, 31+."""
     half = max(1, max_src_len // 2)
-    edges = list(range(half, 2 * max_src_len + 1, half))
-    if edges[-1] != 2 * max_src_len:
-        edges.append(2 * max_src_len)
+    edges = list(range(half, 3 * max_src_len + 1, half))
+    if edges[-1] != 3 * max_src_len:
+        edges.append(3 * max_src_len)
     buckets, lo = [], 1
     for hi in edges:
         buckets.append((lo, hi))

@@ -69,20 +69,31 @@ def test_scores_by_length_cover_the_corpus_and_match_sacrebleu_on_each_subset() 
     assert len(table.splitlines()) == len(rows) + 2
 
 
-def test_token_buckets_halve_the_cap_up_to_twice_it() -> None:
-    assert token_buckets(16) == [(1, 8), (9, 16), (17, 24), (25, 32)]
-    assert token_buckets(5) == [(1, 2), (3, 4), (5, 6), (7, 8), (9, 10)]
-    assert token_buckets(1) == [(1, 1), (2, 2)]
+def test_token_buckets_halve_the_cap_up_to_three_times_it() -> None:
+    assert token_buckets(10) == [(1, 5), (6, 10), (11, 15), (16, 20), (21, 25), (26, 30)]
+    assert token_buckets(5) == [
+        (1, 2),
+        (3, 4),
+        (5, 6),
+        (7, 8),
+        (9, 10),
+        (11, 12),
+        (13, 14),
+        (15, 15),
+    ]
+    assert token_buckets(1) == [(1, 1), (2, 2), (3, 3)]
     buckets = token_buckets(16)
-    assert [token_bucket(n, buckets) for n in (1, 8, 9, 16, 17, 32, 33, 90)] == [
+    assert [token_bucket(n, buckets) for n in (1, 8, 9, 16, 17, 32, 33, 48, 49, 90)] == [
         "1-8",
         "1-8",
         "9-16",
         "9-16",
         "17-24",
         "25-32",
-        "33+",
-        "33+",
+        "33-40",
+        "41-48",
+        "49+",
+        "49+",
     ]
 
 
@@ -100,7 +111,7 @@ def test_length_generalization_splits_by_the_cap() -> None:
         "1-8": 2,
         "9-16": 2,
         "17-24": 2,
-        "33+": 1,
+        "33-40": 1,
     }
     hyps = [r if n <= 16 else "völlig falsch" for n, r in zip(lens, refs, strict=True)]
     broken = length_generalization(lens, hyps, refs, 16)

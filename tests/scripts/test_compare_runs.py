@@ -472,6 +472,36 @@ def test_tokens_mode_checks_the_rebuilt_tokenizer(tmp_path: Path) -> None:
         cr.main([str(sweep), "--out", str(out), *args])
 
 
+def test_tokens_mode_buckets_are_scored_again_from_the_translations(tmp_path: Path) -> None:
+    """Runs whose results.json holds other buckets (an older version's) share today's bucket
+    table: each bucket's BLEU is scored again from the run's translations; a run without its
+    translations keeps results.json's buckets, with a note."""
+    from seq2seq.evaluation.scoring import bucket_cell
+
+    sweep = make_translated_sweep(tmp_path, {"sinusoidal": (0.3, 0.3), "rope": (0.3, 0.05)}, (1,))
+    for job in sweep.iterdir():
+        res = json.loads((job / "results.json").read_text())
+        res["length"]["buckets"] = {"1-5": {"n": 1, "bleu": 1.0, "chrf": 1.0}}  # not today's
+        (job / "results.json").write_text(json.dumps(res))
+    out = tmp_path / "out"
+    assert cr.main([str(sweep), "--out", str(out), "--length-by", "tokens", "--method", "bs"]) == 0
+    md = (out / "comparison.md").read_text()
+    srcs = (tmp_path / "data" / "test.en").read_text().splitlines()
+    refs = (tmp_path / "data" / "test.de").read_text().splitlines()
+    hyps = (sweep / "rope_seed1" / "test.hyp").read_text().splitlines()
+    idx = [i for i, src in enumerate(srcs) if len(src.split()) in (7, 8)]
+    want = bucket_cell([hyps[i] for i in idx], [refs[i] for i in idx])
+    header = next(ln for ln in md[md.index("### test (BLEU)") :].splitlines() if "Encoding" in ln)
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    assert cells[1:] == ["1-2 (n=10)", "3-4 (n=20)", "5-6 (n=20)", "7-8 (n=20)", "9-10 (n=10)"]
+    assert md_row(md, "rope", "### test (BLEU)")[4] == f"{want['bleu']:.2f}"  # one seed
+    assert "not re-scored" not in md
+    (sweep / "rope_seed1" / "test.hyp").unlink()
+    assert cr.main([str(sweep), "--out", str(out), "--length-by", "tokens", "--method", "bs"]) == 0
+    md = (out / "comparison.md").read_text()
+    assert "`sweep/rope_seed1`: buckets as its results.json has them (not re-scored: " in md
+
+
 def test_tokens_mode_notes_a_run_without_length_results(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     make_short_job(sweep, "sinusoidal", 1, 10.0, [])
