@@ -95,10 +95,38 @@ def check_config(cfg: TrainConfig) -> None:
         "false when tokenizer.joint is false (two vocabularies)",
     )
     check_data(d, cfg.tokenizer)
+    check_positional(cfg)
     check_sampling(cfg.tokenizer)
     check_trainer(t)
     check_rdrop(cfg)
     check_decode(cfg.decode)
+
+
+def t5_exact_buckets(num_buckets: int, causal: bool) -> int:
+    """The buckets T5 gives one distance each (0 to this minus 1) before its logarithmic ones:
+    half of a direction's buckets, and the encoder (bidirectional) splits them in two."""
+    return (num_buckets if causal else num_buckets // 2) // 2
+
+
+def check_positional(cfg: TrainConfig) -> None:
+    """T5's buckets grow logarithmically from the exact ones up to max_distance, so max_distance
+    must pass the exact buckets on each side that uses t5_bias (else the formula maps long
+    distances to other buckets, or to negative ones)."""
+    sides = [("encoder_pos", cfg.encoder_pos, False), ("decoder_pos", cfg.decoder_pos, True)]
+    for section, own, causal in sides:
+        pos = own or cfg.pos_encoding
+        key = section if own else "pos_encoding"
+        if getattr(pos.kind, "value", pos.kind) != "t5_bias":
+            continue
+        _require(pos.num_buckets >= 4, f"{key}.num_buckets", pos.num_buckets, "at least 4")
+        exact = t5_exact_buckets(pos.num_buckets, causal)
+        _require(
+            pos.max_distance > exact,
+            f"{key}.max_distance",
+            pos.max_distance,
+            f"above {exact}, the {section.split('_')[0]}'s exact buckets ({key}.num_buckets="
+            f"{pos.num_buckets}); lower num_buckets or raise max_distance",
+        )
 
 
 def check_data(d: DataConfig, tok: TokenizerConfig) -> None:

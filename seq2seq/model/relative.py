@@ -81,6 +81,12 @@ def t5_bucket(relative: Tensor, bidirectional: bool, num_buckets: int, max_dista
     else:
         distance = (-relative).clamp(min=0)
     max_exact = num_buckets // 2
+    if max_distance <= max_exact:  # the log would run backwards: long distances, low buckets
+        raise ValueError(
+            f"t5_bias: max_distance={max_distance} must exceed the {max_exact} exact buckets "
+            f"(num_buckets={num_buckets * (2 if bidirectional else 1)}, "
+            f"{'bi' if bidirectional else 'uni'}directional)"
+        )
     is_small = distance < max_exact
     log_ratio = torch.log(distance.float().clamp(min=1) / max_exact) / math.log(
         max_distance / max_exact
@@ -104,6 +110,7 @@ class T5Bias(PositionalEncoding):
         super().__init__()
         self.bidirectional = not causal
         self.num_buckets, self.max_distance = num_buckets, max_distance
+        t5_bucket(torch.zeros(1, dtype=torch.long), self.bidirectional, num_buckets, max_distance)
         self.table = nn.Embedding(num_buckets, n_heads)
         # init_std = d_model^-0.5 as Hugging Face's T5 (_init_weights, factor 1); 0 = zeros
         nn.init.normal_(self.table.weight, std=init_std)

@@ -102,6 +102,29 @@ def test_every_config_option_composes(group: str, option: str) -> None:
         assert torch.isfinite(logits).all()
 
 
+SWEEPS = ["pos_sweep", "pos_multi30k", "pos_multi30k_ref"]
+ENCODINGS = [o for g, o in OPTIONS if g == "pos_encoding"]
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("experiment", SWEEPS)
+def test_every_sweep_run_passes_the_checks_and_runs_long(experiment: str, encoding: str) -> None:
+    """Every run a sweep makes (its experiment with each encoding) passes check_config and its
+    model scores sources and targets five times the length experiment's cap: a setting that
+    breaks only on long test sentences (T5's max_distance at or below its exact buckets) fails
+    here, not after a run's training."""
+    composed = compose_config("train", [f"experiment={experiment}", f"pos_encoding={encoding}"])
+    cfg = OmegaConf.to_object(composed)
+    assert isinstance(cfg, TrainConfig)
+    check_config(cfg)
+    model = build_model(cfg, SMALL_VOCAB, SMALL_VOCAB).eval()
+    src = torch.randint(3, SMALL_VOCAB, (1, 50))  # (B, S): 5L for L = 10
+    tgt = torch.randint(3, SMALL_VOCAB, (1, 70))  # (B, T)
+    with torch.no_grad():
+        logits = model.logits(src, tgt)  # (B, T, V)
+    assert torch.isfinite(logits).all()
+
+
 @pytest.mark.parametrize("decode", [p.stem for p in sorted((CONFIGS / "decode").glob("*.yaml"))])
 def test_translate_and_evaluate_configs_compose(decode: str) -> None:
     translate = OmegaConf.to_object(
@@ -239,6 +262,16 @@ def test_bad_keys_and_values_fail_at_compose_time(override: str, key: str, detai
         (
             ["tokenizer=char", "tokenizer.sampling.unigram_alpha=0.1"],
             "tokenizer.sampling.unigram_alpha",
+        ),
+        (["pos_encoding=t5_bias", "pos_encoding.max_distance=10"], "pos_encoding.max_distance"),
+        (["pos_encoding=t5_bias", "pos_encoding.num_buckets=2"], "pos_encoding.num_buckets"),
+        (
+            ["+pos_encoding@decoder_pos=t5_bias", "decoder_pos.max_distance=16"],
+            "decoder_pos.max_distance",
+        ),
+        (
+            ["+pos_encoding@encoder_pos=t5_bias", "encoder_pos.max_distance=8"],
+            "encoder_pos.max_distance",
         ),
         (["trainer.rdrop_alpha=-1"], "trainer.rdrop_alpha"),
         (["trainer.rdrop_alpha=inf"], "trainer.rdrop_alpha"),

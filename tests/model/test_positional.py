@@ -192,6 +192,28 @@ def test_t5_buckets_match_reference(bidirectional: bool) -> None:
         assert torch.all(got[rel >= 0] == 0)
 
 
+def test_t5_refuses_a_max_distance_inside_its_exact_buckets() -> None:
+    """T5's formula with max_distance at or below the exact buckets (32 buckets: 16 exact in a
+    decoder, 8 a side in an encoder) sends long distances to low buckets, then to negative ones
+    (an index error at the first long test sentence): the bucketing refuses such settings."""
+    rel = torch.arange(-60, 1)
+    assert int(hf_relative_position_bucket(rel, False, 32, 10).min()) < 0  # the failure mode
+    with pytest.raises(ValueError, match="max_distance=10 must exceed the 16 exact buckets"):
+        t5_bucket(rel, bidirectional=False, num_buckets=32, max_distance=10)
+    with pytest.raises(ValueError, match="max_distance=16 must exceed the 16 exact buckets"):
+        T5Bias(n_heads=2, causal=True, num_buckets=32, max_distance=16, init_std=1.0)
+    with pytest.raises(ValueError, match="max_distance=8 must exceed the 8 exact buckets"):
+        T5Bias(n_heads=2, causal=False, num_buckets=32, max_distance=8, init_std=1.0)
+    ok = t5_bucket(torch.arange(-60, 61), bidirectional=True, num_buckets=32, max_distance=9)
+    assert int(ok.min()) == 0
+    assert int(ok.max()) == 31
+    short = t5_bucket(rel, bidirectional=False, num_buckets=16, max_distance=10)  # L = 10
+    assert torch.equal(short, hf_relative_position_bucket(rel, False, 16, 10))
+    within = set(short[-11:].tolist())  # distances 0..10: a source of L tokens and its EOS
+    assert set(short.tolist()) == within  # every bucket a long distance uses is trained
+    assert max(within) == 15
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["encoder", "decoder"])
 def test_t5_bias_looks_up_its_bucket(causal: bool) -> None:
     t5 = T5Bias(n_heads=3, causal=causal, num_buckets=32, max_distance=128, init_std=1.0)
