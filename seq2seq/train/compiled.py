@@ -47,35 +47,34 @@ def compile_model(module: torch.nn.Module, buckets: ShapeBuckets | None, mode: C
 
 
 class WarmUp:
-    """The first step of every (batch shapes, precision) under torch.compile: its seconds,
-    compilation included, logged as it happens and summed."""
+    """The steps that meet a new (precision, batch shape) under torch.compile: their seconds,
+    compilation included, logged as they happen and summed."""
 
     def __init__(self, enabled: bool) -> None:
         """Counts nothing unless `enabled` (trainer.compile)."""
         self.enabled = enabled
-        self.seen: set[tuple[Any, ...]] = set()
+        self.seen: set[tuple[str, int, int, int]] = set()  # (precision, rows, source, target)
         self.seconds = 0.0
 
     @contextmanager
     def step(self, group: list[Batch], precision: str, step: int) -> Iterator[None]:
-        """Around training step `step` over `group`: timed when its shapes are new."""
-        key = (precision, *(tuple(b.src.shape) + tuple(b.tgt_out.shape) for b in group))
-        if not self.enabled or key in self.seen:
+        """Around training step `step` over `group`: timed when one of its batches has a shape
+        not met yet in this precision."""
+        shapes = {(precision, *b.src.shape, b.tgt_out.shape[1]) for b in group}
+        new = sorted(shapes - self.seen) if self.enabled else []
+        if not new:
             yield
             return
         start = time.perf_counter()
         yield
         seconds = time.perf_counter() - start
-        self.seen.add(key)
+        self.seen |= shapes
         self.seconds += seconds
-        shapes = ", ".join(
-            f"({b.src.shape[0]}, {b.src.shape[1]}, {b.tgt_out.shape[1]})" for b in group
-        )
         log.info(
-            "step %d: first step of shape %s (%s): %.1f s, compilation included (%d shapes, "
-            "%.1f s so far)",
+            "step %d: first step of batch shape %s (%s): %.1f s, compilation included (%d "
+            "shapes, %.1f s so far)",
             step,
-            shapes,
+            ", ".join(f"({b}, {s}, {t})" for _, b, s, t in new),
             precision,
             seconds,
             len(self.seen),

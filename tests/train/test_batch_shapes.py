@@ -16,6 +16,7 @@ from seq2seq import kernels
 from seq2seq.config.schema import BatchShapes, PosKind, TrainerConfig, fixed_shapes
 from seq2seq.data.batching import Batch, collate
 from seq2seq.data.buckets import pad_batch
+from seq2seq.train.compiled import WarmUp
 from seq2seq.train.run import train
 from seq2seq.train.steplog import LOG_NAME, read_step_log
 from tests.conftest import MakeModel
@@ -64,6 +65,27 @@ def test_auto_fixes_the_shapes_with_compile_only() -> None:
     assert fixed_shapes(TrainerConfig(compile=True)) == 8
     assert fixed_shapes(TrainerConfig(compile=True, batch_shapes=BatchShapes.exact)) == 0
     assert fixed_shapes(TrainerConfig(batch_shapes=BatchShapes.fixed, shape_buckets=3)) == 3
+
+
+def test_warm_up_logs_the_steps_that_meet_a_new_shape(caplog: pytest.LogCaptureFixture) -> None:
+    """Catches a warm-up that counts every step, misses a shape met inside a group of
+    accumulated batches, or ignores the precision (another graph): the steps with a new
+    (precision, shape) are logged and summed, the others not; nothing without compile."""
+    caplog.set_level(logging.INFO, logger="seq2seq.train.compiled")
+    a, b = toy_batch(), pad_batch(toy_batch(), rows=4, src_len=9, tgt_len=10)
+    warmup = WarmUp(enabled=True)
+    steps = [([a], "fp32"), ([a], "fp32"), ([a, b], "fp32"), ([b], "fp32"), ([a], "bf16")]
+    for i, (group, precision) in enumerate(steps, 1):
+        with warmup.step(group, precision, i):
+            pass
+    logged = [r.getMessage() for r in caplog.records]
+    assert [m.split(":")[0] for m in logged] == ["step 1", "step 3", "step 5"]
+    assert len(warmup.seen) == 3
+    off = WarmUp(enabled=False)
+    with off.step([a], "fp32", 1):
+        pass
+    assert not off.seen
+    assert len(caplog.records) == 3
 
 
 FIXED = ("trainer.batch_shapes=fixed", "model.dropout=0.0")
@@ -125,6 +147,6 @@ def test_compiled_fixed_shapes_compile_once_per_shape_and_train_like_eager(
         losses[name] = [r["loss"] for r in records if r["type"] == "train"]
     assert len(losses["compiled"]) == 6
     assert losses["compiled"] == pytest.approx(losses["eager"], rel=1e-4)
-    firsts = [r for r in caplog.records if "first step of shape" in r.getMessage()]
+    firsts = [r for r in caplog.records if "first step of batch shape" in r.getMessage()]
     assert 1 <= len(firsts) <= 2
     assert counters["stats"]["unique_graphs"] == len(firsts), json.dumps(dict(counters["stats"]))
