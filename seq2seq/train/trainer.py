@@ -384,10 +384,8 @@ class Trainer:
                     s.epoch, s.batch = s.epoch + 1, 0
                     continue
                 if s.batch == 0:  # the epoch's shapes and padding, from its plan
-                    padding = self.train_data.epoch_padding(s.epoch)
-                    self.steplog.write(
-                        {"type": "epoch", "epoch": s.epoch, "step": s.step, **padding}
-                    )
+                    record = {"type": "epoch", "epoch": s.epoch, "step": s.step}
+                    self.steplog.write({**record, **self.train_data.epoch_padding(s.epoch)})
                 ids = batches[s.batch : s.batch + t.accum_steps]
                 s.batch += len(ids)
                 group = [b for i in ids for b in self._collate(i)]
