@@ -14,6 +14,9 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("decode.py", []),
     ("train_throughput.py", []),
     ("train_throughput.py", ["--precision", "bf16"]),
+    # trainer.compile vs eager: each repeat compiles every fixed shape afresh (minutes)
+    ("train_throughput.py", ["--compile-vs-eager", "--repeats", "3"]),
+    ("train_throughput.py", ["--compile-vs-eager", "--repeats", "3", "--precision", "bf16"]),
     ("matmul_bound.py", []),
     ("allocator_faults.py", []),
 ]

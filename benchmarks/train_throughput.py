@@ -18,6 +18,9 @@ before any timing is reported: a failed copy aborts the run, and so does an eval
 first batch at step 0 that differs between ours and either Marian by more than LOSS_TOLERANCE.
 Medians go to benchmarks/results/train_throughput.json and docs/BENCHMARKS.md (train_throughput).
 
+--compile-vs-eager times trainer.compile against eager on the same fixed-shape batches instead
+(ours only; benchmarks/compile_vs_eager.py says how), as train_compile[_bf16].
+
 --rdrop-alpha A (> 0) times the step with R-Drop (Liang et al. 2021) on both sides: ours with
 trainer.rdrop_alpha=A (two passes, kernels.rdrop_loss: chunked on the CPU), Marian with two
 forward passes and the same loss written out on its full logits (the mean of the two
@@ -67,8 +70,9 @@ NAMES = {
 }
 
 
-def train_config(args: argparse.Namespace) -> TrainConfig:
-    """The benchmark's TrainConfig (data=multi30k, model=small as post-norm, on the CPU)."""
+def train_config(args: argparse.Namespace, extra: list[str] | None = None) -> TrainConfig:
+    """The benchmark's TrainConfig (data=multi30k, model=small as post-norm, on the CPU), with
+    the overrides `extra` last (a later override of a key wins)."""
     register_configs()
     overrides = [
         "data=multi30k",
@@ -87,6 +91,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         f"trainer.precision={args.precision}",
         f"trainer.compile={str(args.compile).lower()}",
         f"trainer.rdrop_alpha={args.rdrop_alpha}",
+        *(extra or []),
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         from omegaconf import OmegaConf
@@ -378,6 +383,16 @@ def arguments() -> argparse.Namespace:
         help="> 0: the step with R-Drop on both sides (ours: trainer.rdrop_alpha)",
     )
     parser.add_argument("--engine", choices=ENGINES, help="(internal) run one engine, print JSON")
+    parser.add_argument(
+        "--compile-vs-eager",
+        action="store_true",
+        help="ours compiled against eager on the same fixed-shape batches (no Marian)",
+    )
+    parser.add_argument("--shape-buckets", type=int, default=8, help="--compile-vs-eager's")
+    parser.add_argument(
+        "--compile-mode", choices=("default", "max_autotune"), default="default", help="trainer's"
+    )
+    parser.add_argument("--compile-engine", help="(internal) --compile-vs-eager's engine")
     parser.add_argument("--no-doc", action="store_true", help="skip docs and results/")
     args = parser.parse_args()
     if args.rdrop_alpha > 0 and args.dropout == 0:
@@ -399,6 +414,11 @@ def main() -> None:
     args = arguments()
     sys.argv[0] = str(Path(__file__).resolve())  # common.command() names it from the root
     args.data = str(Path(args.data).resolve())
+    if args.compile_vs_eager or args.compile_engine:
+        import compile_vs_eager
+
+        compile_vs_eager.main(args, train_config)
+        return
     if args.engine:
         torch.set_num_threads(args.threads)
         cfg = train_config(args)

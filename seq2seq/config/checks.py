@@ -209,6 +209,7 @@ def check_trainer(t: TrainerConfig) -> None:
         ("trainer.max_steps", t.max_steps),
         ("trainer.max_epochs", t.max_epochs),
         ("trainer.max_bad_steps", t.max_bad_steps),
+        ("trainer.shape_buckets", t.shape_buckets),
     ]:
         _require(value >= 1, key, value, "at least 1")
     for key, amount in [

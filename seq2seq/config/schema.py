@@ -105,6 +105,21 @@ class Kernels(str, Enum):
     reference = "reference"  # plain PyTorch everywhere
 
 
+class BatchShapes(str, Enum):
+    """trainer.batch_shapes: the shapes of the training batches (seq2seq/data/buckets.py)."""
+
+    auto = "auto"  # fixed with trainer.compile, exact without
+    exact = "exact"  # each batch as long as its longest pair, its rows as the token budget cut
+    fixed = "fixed"  # padded to one of trainer.shape_buckets shapes (rows, L, L)
+
+
+class CompileMode(str, Enum):
+    """trainer.compile_mode: torch.compile's mode for trainer.compile."""
+
+    default = "default"  # Inductor's defaults
+    max_autotune = "max_autotune"  # "max-autotune": GEMMs timed against Inductor's templates
+
+
 @dataclass
 class DataConfig:
     """data: the parallel corpus, its splits, and which pairs training keeps."""
@@ -259,9 +274,21 @@ class TrainerConfig:
     # reference: plain PyTorch everywhere (F.linear, F.scaled_dot_product_attention, F.dropout,
     # F.cross_entropy on full logits). Same model and results to float rounding (seq2seq/kernels)
     kernels: Kernels = Kernels.auto
-    # torch.compile the model for training (first steps slower while it compiles; CUDA mainly);
-    # it runs on the plain-PyTorch kernels (trainer.kernels is then taken as reference)
+    # torch.compile the model for training; it runs on the plain-PyTorch kernels (trainer.kernels
+    # is then taken as reference). With batch_shapes fixed (auto's choice with compile) it compiles
+    # one graph per shape, each on its first step (the log gives those steps' seconds), and reuses
+    # them. Whether it pays on a CPU is not measured yet: compare first with
+    # `benchmarks/train_throughput.py --compile-vs-eager` on that machine (docs/BENCHMARKS.md)
     compile: bool = False
+    compile_mode: CompileMode = CompileMode.default  # default | max_autotune (longer warm-up)
+    # auto | exact | fixed. fixed pads every training batch to one of shape_buckets shapes: the
+    # source and target both to one of shape_buckets lengths chosen from the training pairs'
+    # lengths (least padding), the rows to that length's share of max_tokens (filler rows add
+    # nothing to the loss or the gradients), so that a compiled model reuses its graphs. It
+    # costs padding: the log gives the share of real tokens per epoch (padding_efficiency).
+    # auto: fixed with compile, exact without
+    batch_shapes: BatchShapes = BatchShapes.auto
+    shape_buckets: int = 8  # batch_shapes fixed: how many lengths (and shapes)
     # device peak in TFLOPS for train/mfu in TensorBoard; 0 = a table of GPUs by name
     # (seq2seq/train/flops.py: bf16 dense peaks), or on the CPU a matmul's, measured at start
     peak_tflops: float = 0.0
@@ -290,6 +317,14 @@ class TrainerConfig:
     # (their IWSLT'14 De-En setting is 5). 0 = off: one pass, as without it. It needs dropout;
     # a step costs about twice as much
     rdrop_alpha: float = 0.0
+
+
+def fixed_shapes(t: TrainerConfig) -> int:
+    """How many fixed batch shapes training pads to (trainer.batch_shapes, trainer.shape_buckets);
+    0: exact shapes."""
+    fixed = t.batch_shapes == BatchShapes.fixed
+    fixed = fixed or (t.batch_shapes == BatchShapes.auto and t.compile)
+    return t.shape_buckets if fixed else 0
 
 
 @dataclass

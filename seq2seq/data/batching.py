@@ -11,7 +11,7 @@ groups sentences for inference.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby, pairwise
 
@@ -34,7 +34,9 @@ class Batch:
         src: `(B, S)` source ids followed by EOS, right-padded with PAD.
         tgt_in: `(B, T)` BOS followed by target ids (decoder input), right-padded.
         tgt_out: `(B, T)` target ids followed by EOS (decoder labels), right-padded.
-        index: `(B,)` position of each example in the dataset.
+        index: `(B,)` position of each example in the dataset; -1 marks a filler row (a
+            batch padded to a fixed shape, data/buckets.py: an EOS source, a BOS decoder input
+            and no label), which counts as no token.
     """
 
     src: torch.Tensor
@@ -44,8 +46,8 @@ class Batch:
 
     @property
     def src_tokens(self) -> int:
-        """Number of non-pad source tokens."""
-        return int((self.src != PAD_ID).sum())
+        """Number of non-pad source tokens (filler rows left out)."""
+        return int((self.src != PAD_ID).sum() - self.index.lt(0).sum())
 
     @property
     def tgt_tokens(self) -> int:
@@ -120,17 +122,24 @@ def token_batches(
     return batches
 
 
-def fit_budget(batch: Batch, max_tokens: int) -> list[Batch]:
+def fit_budget(
+    batch: Batch, max_tokens: int, padded: Callable[[int], int] | None = None
+) -> list[Batch]:
     """`batch` as passes of at most `max_tokens` (token_batches' budget, over its rows' real
-    lengths): `[batch]` itself when token_batches keeps its rows together, else its rows cut
-    by token_batches (sorted by length) into batches trimmed to their own widths. A training
-    batch is cut for the prepared lengths; sampled segmentations (subword_sampling.py) may
-    make it wider."""
+    lengths, or over `padded(width)` when given: the lengths the passes will be padded to,
+    ShapeBuckets.width): `[batch]` itself when token_batches keeps its rows together, else its
+    rows cut by token_batches (sorted by length) into batches trimmed to their own widths. A
+    training batch is cut for the prepared lengths; sampled segmentations
+    (subword_sampling.py) may make it wider."""
     src_lens = batch.src.ne(PAD_ID).sum(1).tolist()  # (B,) with EOS
     tgt_lens = batch.tgt_out.ne(PAD_ID).sum(1).tolist()  # (B,) with EOS
-    if len(src_lens) * (max(*src_lens, *tgt_lens) + 1) <= max_tokens:
+    budget_src, budget_tgt = src_lens, tgt_lens
+    if padded is not None:  # the budget counts the padded width of each row
+        pairs = zip(src_lens, tgt_lens, strict=True)
+        budget_src = budget_tgt = [padded(max(s, t)) for s, t in pairs]
+    if len(src_lens) * (max(*budget_src, *budget_tgt) + 1) <= max_tokens:
         return [batch]
-    cut = token_batches(src_lens, tgt_lens, max_tokens, shuffle=False)
+    cut = token_batches(budget_src, budget_tgt, max_tokens, shuffle=False)
     if len(cut) == 1:  # one pair over the budget on its own: a batch by itself, as planned
         return [batch]
     parts = []

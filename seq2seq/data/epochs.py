@@ -16,6 +16,9 @@ epoch draws weight x pairs of a split in expectation, stratified by length).
 With subword regularization (tokenizer.sampling), a batch's pairs are segmented anew as it is
 read (subword_sampling.py), from (seed, epoch, pair): the plan stays that of the prepared
 lengths, and batching.fit_budget cuts a batch that sampling made too wide.
+
+With fixed shapes (trainer.batch_shapes, buckets.py) the budget counts each pair's padded width,
+and every batch is padded to its bucket's shape as it is passed on (`passes`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from seq2seq.data.batching import Batch, cut_batches, pad
+from seq2seq.data.batching import Batch, cut_batches, fit_budget, pad
+from seq2seq.data.buckets import Shape, ShapeBuckets
 from seq2seq.data.prepared import CorpusArrays
 from seq2seq.data.subword_sampling import SubwordSampler
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
@@ -68,12 +72,14 @@ class TrainData:
         seed: int,
         max_src_len: int = 0,
         sampler: SubwordSampler | None = None,
+        shape_buckets: int = 0,
     ) -> None:
         """`corpora` by split name, drawn with `weights` (one each, or empty = 1); pairs with a
         side over `max_len` tokens, or a source over `max_src_len` (when above 0;
         data.train_max_src_len) are left out; batches of at most `max_tokens` padded tokens
         (data.token_batches' budget); shuffled from `seed` and the epoch. `sampler`: segments
-        each batch's pairs anew (tokenizer.sampling), None: the prepared ids."""
+        each batch's pairs anew (tokenizer.sampling), None: the prepared ids. `shape_buckets`
+        > 0: batches padded to that many fixed shapes (buckets.py), 0: as long as their pairs."""
         self.sampler = sampler
         self.names, self.corpora = list(corpora), list(corpora.values())
         self.weights = weights or [1.0] * len(self.corpora)
@@ -84,6 +90,7 @@ class TrainData:
             g[(np.maximum(g[:, 1], g[:, 2]) <= max_len) & (g[:, 2] <= src_cap)]
             for g in (c.groups for c in self.corpora)
         ]
+        self.buckets = self.fit_buckets(shape_buckets) if shape_buckets > 0 else None
         self.plan: EpochPlan | None = None
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
@@ -104,6 +111,22 @@ class TrainData:
         """Pairs of each corpus left out for a side over max_len (or a source over max_src_len)."""
         kept = [int(g[:, 4].sum()) for g in self.groups]
         return [len(c) - k for c, k in zip(self.corpora, kept, strict=True)]
+
+    def fit_buckets(self, n: int) -> ShapeBuckets:
+        """`n` fixed lengths for the pairs trained on (each split's pairs counted by its weight),
+        the widest pair possible (data.max_len + 1) as the limit."""
+        widths = np.concatenate([g[:, 0] + 1 for g in self.groups])  # (groups,) tensor widths
+        counts = np.concatenate(
+            [g[:, 4] * w for g, w in zip(self.groups, self.weights, strict=True)]
+        )  # (groups,)
+        buckets = ShapeBuckets.fit(widths, counts, n, self.max_len + 1, self.max_tokens)
+        *shapes, last = (f"({b}, {s}, {t})" for b, s, t in buckets.shapes())
+        log.info(
+            "fixed batch shapes (rows, source, target): %s; %s for a pair wider than these",
+            ", ".join(shapes),
+            last,
+        )
+        return buckets
 
     def epoch_plan(self, epoch: int) -> EpochPlan:
         """The plan of `epoch` (the last one is kept; the prefetch thread asks too)."""
@@ -155,7 +178,8 @@ class TrainData:
                 members.append([])
             members[-1].append((c, start, count, drawn))
         # token_batches' size of a pair: max(src + 1, tgt + 1) + 1, the + 1s for BOS and EOS
-        sizes = np.array([(k >> 32) + 2 for k in keys], dtype=np.int64)
+        widths = np.array([(k >> 32) + 1 for k in keys], dtype=np.int64)  # (blocks,)
+        sizes = (widths if self.buckets is None else self.buckets.widths(widths)) + 1
         totals = np.array([sum(m[3] for m in ms) for ms in members], dtype=np.int64)
         batch_starts = cut_batches(sizes, totals, self.max_tokens)
         rng = np.random.default_rng([self.seed, epoch, 0])
@@ -214,6 +238,53 @@ class TrainData:
             index.append(i)
             j += 1
         return np.concatenate(corpus), np.concatenate(index)
+
+    def passes(self, ref: BatchRef) -> list[Batch]:
+        """The Batch of `ref` as the passes of one training step: one, unless sampled
+        segmentations made it wider than the budget (fit_budget), each padded to its fixed
+        shape when there are shape buckets."""
+        if self.buckets is None:
+            return fit_budget(self.collate(ref), self.max_tokens)
+        parts = fit_budget(self.collate(ref), self.max_tokens, self.buckets.width)
+        return [self.buckets.pad(b) for b in parts]
+
+    def epoch_shapes(self, epoch: int) -> tuple[list[Shape], int]:
+        """The shape of every batch of `epoch` in plan order (as `passes` pads it, or as
+        collated) and the real (non-pad) source + target tokens of them all, from the
+        prepared lengths alone (sampled segmentations differ)."""
+        plan = self.epoch_plan(epoch)
+        cuts = np.union1d(plan.block_starts, plan.batch_starts)  # (segments + 1,)
+        block = np.searchsorted(plan.block_starts, cuts[:-1], side="right") - 1  # (segments,)
+        batch = np.searchsorted(plan.batch_starts, cuts[:-1], side="right") - 1  # (segments,)
+        src = (plan.keys[block] & 0xFFFF) + 1  # (segments,) with EOS
+        tgt = ((plan.keys[block] >> 16) & 0xFFFF) + 1  # (segments,) with BOS / EOS
+        first = np.searchsorted(batch, np.arange(len(plan.batch_starts) - 1))  # (batches,)
+        longest = zip(np.maximum.reduceat(src, first), np.maximum.reduceat(tgt, first))
+        rows = np.diff(plan.batch_starts).tolist()  # (batches,)
+        real = int((np.diff(cuts) * (src + tgt)).sum())
+        if self.buckets is None:
+            return [(r, int(s), int(t)) for r, (s, t) in zip(rows, longest, strict=True)], real
+        shapes = [self.buckets.shape(int(s), int(t)) for s, t in longest]
+        return [(max(r, sh[0]), sh[1], sh[2]) for r, sh in zip(rows, shapes, strict=True)], real
+
+    def epoch_padding(self, epoch: int) -> dict[str, float]:
+        """`epoch`'s batches, distinct shapes and share of real tokens among the padded
+        (padding_efficiency), from the prepared lengths (epoch_shapes); logged."""
+        shapes, real = self.epoch_shapes(epoch)
+        padded = sum(b * (s + t) for b, s, t in shapes)
+        out = {
+            "batches": len(shapes),
+            "shapes": len(set(shapes)),
+            "padding_efficiency": real / padded,
+        }
+        log.info(
+            "epoch %d: %d batches of %d shapes; %.1f%% of their padded tokens are real",
+            epoch,
+            out["batches"],
+            out["shapes"],
+            100 * out["padding_efficiency"],
+        )
+        return out
 
     def collate(self, ref: BatchRef) -> Batch:
         """The padded Batch of `ref` (data.collate's layout): prefetched, or read now."""

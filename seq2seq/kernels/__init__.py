@@ -121,18 +121,29 @@ def attention(
 
 
 def output_loss(
-    hidden: Tensor, weight: Tensor, target: Tensor, eps: float
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, ignore: int | None = None
 ) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed loss (Szegedy et al. 2016) and summed NLL of hidden states (N, D)
     through the output layer's weight (V, D), for targets (N,) without padding. Only the loss
-    carries a gradient. On a CPU in auto mode the (N, V) logits never exist (loss.py)."""
+    carries a gradient. On a CPU in auto mode the (N, V) logits never exist (loss.py).
+
+    ignore: a target id (PAD) whose rows add nothing, to the sums or the gradients: a batch's
+    every position can then be passed, so that no shape depends on the data (torch.compile's
+    static shapes). The CPU path drops those rows first; the reference path skips them."""
     if _mode == "auto" and hidden.device.type == "cpu":
+        hidden, target = _kept(hidden, target, ignore)
         return linear_label_smoothed_nll(hidden, weight, target, eps)
-    return reference.output_loss(hidden, weight, target, eps)
+    return reference.output_loss(hidden, weight, target, eps, ignore)
 
 
 def rdrop_loss(
-    hidden: Tensor, again: Tensor, weight: Tensor, target: Tensor, eps: float, alpha: float
+    hidden: Tensor,
+    again: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    eps: float,
+    alpha: float,
+    ignore: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """R-Drop's loss (Liang et al. 2021) of two passes of one batch with their own dropout
     masks, hidden states (N, D) each, through the output layer's weight (V, D), for targets
@@ -140,10 +151,21 @@ def rdrop_loss(
     symmetric KL divergence of their output distributions, (KL(p1 || p2) + KL(p2 || p1)) / 2
     summed over the vocabulary and the targets (the authors' reduction; loss.py says where
     ours differs). Returns it and the two passes' mean summed NLL (no gradient). On a CPU in
-    auto mode neither pass's (N, V) logits exist (loss.py); elsewhere both do (reference.py)."""
+    auto mode neither pass's (N, V) logits exist (loss.py); elsewhere both do (reference.py).
+    ignore: as output_loss's."""
     if _mode == "auto" and hidden.device.type == "cpu":
+        again = _kept(again, target, ignore)[0]
+        hidden, target = _kept(hidden, target, ignore)
         return linear_rdrop(hidden, again, weight, target, eps, alpha)
-    return reference.rdrop_loss(hidden, again, weight, target, eps, alpha)
+    return reference.rdrop_loss(hidden, again, weight, target, eps, alpha, ignore)
+
+
+def _kept(hidden: Tensor, target: Tensor, ignore: int | None) -> tuple[Tensor, Tensor]:
+    """The rows (K, D) and targets (K,) whose target is not `ignore` (all when None)."""
+    if ignore is None:
+        return hidden, target
+    rows = target.ne(ignore).nonzero().squeeze(1)  # (K,)
+    return hidden.index_select(0, rows), target.index_select(0, rows)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -114,32 +114,47 @@ def attention(
 
 
 def output_loss(
-    hidden: Tensor, weight: Tensor, target: Tensor, eps: float
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, ignore: int | None = None
 ) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed loss and summed NLL of hidden states (N, D) through the output
-    layer (V, D), from the full float32 logits (N, V); targets (N,) hold no padding. Only the
+    layer (V, D), from the full float32 logits (N, V); targets (N,) hold no padding, or rows
+    whose target is `ignore`, which add nothing (F.cross_entropy's ignore_index). Only the
     loss carries a gradient."""
+    skip = -100 if ignore is None else ignore  # -100: F.cross_entropy's default, no class
     logits = F.linear(hidden, weight).float()  # (N, V)
-    loss = F.cross_entropy(logits, target, reduction="sum", label_smoothing=eps)
+    loss = F.cross_entropy(logits, target, reduction="sum", label_smoothing=eps, ignore_index=skip)
     with torch.no_grad():
-        nll = F.cross_entropy(logits, target, reduction="sum")
+        nll = F.cross_entropy(logits, target, reduction="sum", ignore_index=skip)
     return loss, nll
 
 
 def rdrop_loss(
-    hidden: Tensor, again: Tensor, weight: Tensor, target: Tensor, eps: float, alpha: float
+    hidden: Tensor,
+    again: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    eps: float,
+    alpha: float,
+    ignore: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """R-Drop's loss (Liang et al. 2021) from the full float32 logits (N, V) of both passes:
     the mean of their summed label-smoothed losses + alpha x their symmetric KL divergence,
     (KL(p1 || p2) + KL(p2 || p1)) / 2 summed over the vocabulary and the rows (kernels.
     rdrop_loss). hidden, again: the two passes' hidden states (N, D); targets (N,) hold no
-    padding. Returns it and the mean of the two summed NLLs (no gradient)."""
+    padding, or rows whose target is `ignore`: their logits are zeroed in both passes, so that
+    their KL is exactly 0, and the cross-entropies skip them. Returns it and the mean of the
+    two summed NLLs (no gradient)."""
     x1, x2 = F.linear(hidden, weight).float(), F.linear(again, weight).float()  # (N, V) each
-    ce = F.cross_entropy(x1, target, reduction="sum", label_smoothing=eps)  # ()
-    ce = ce + F.cross_entropy(x2, target, reduction="sum", label_smoothing=eps)  # ()
+    skip = -100 if ignore is None else ignore  # -100: F.cross_entropy's default, no class
+    if ignore is not None:
+        keep = target.ne(ignore)[:, None]  # (N, 1)
+        x1, x2 = x1.where(keep, 0.0), x2.where(keep, 0.0)  # (N, V) each
+    ce = F.cross_entropy(x1, target, reduction="sum", label_smoothing=eps, ignore_index=skip)
+    ce = ce + F.cross_entropy(x2, target, reduction="sum", label_smoothing=eps, ignore_index=skip)
     lp1, lp2 = x1.log_softmax(-1), x2.log_softmax(-1)  # (N, V) each
     kl = F.kl_div(lp1, lp2, reduction="sum", log_target=True)  # () KL(p2 || p1)
     kl = kl + F.kl_div(lp2, lp1, reduction="sum", log_target=True)  # () + KL(p1 || p2)
     with torch.no_grad():
-        nll = F.nll_loss(lp1, target, reduction="sum") + F.nll_loss(lp2, target, reduction="sum")
+        nll = F.nll_loss(lp1, target, reduction="sum", ignore_index=skip)
+        nll = nll + F.nll_loss(lp2, target, reduction="sum", ignore_index=skip)
     return 0.5 * ce + alpha * 0.5 * kl, 0.5 * nll

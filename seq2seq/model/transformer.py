@@ -142,6 +142,7 @@ class EncoderDecoder(nn.Module):
         tgt_out: Tensor,
         label_smoothing: float,
         rdrop_alpha: float = 0.0,
+        all_positions: bool = False,
     ) -> tuple[Tensor, Tensor]:
         """Teacher forcing: the summed label-smoothed loss and the summed NLL of the labels
         tgt_out (B, T) for sources (B, S) and decoder inputs (B, T) (BOS + target), over the
@@ -153,24 +154,36 @@ class EncoderDecoder(nn.Module):
         dropout masks, and kernels.rdrop_loss of the two: half the authors' loss, (loss1 + loss2
         + alpha x their symmetric KL) / 2, so that alpha is the authors' and the loss keeps the
         scale of one pass (the NLL is their mean). 0: one pass, exactly as without it.
-        """
-        real = tgt_out.ne(PAD_ID)  # (B, T)
-        rows = real.flatten().nonzero().squeeze(1)  # (K,)
-        kept = self.label_states(src, tgt_in, rows)  # (K, D)
-        if rdrop_alpha == 0:
-            return kernels.output_loss(kept, self.out.weight, tgt_out[real], label_smoothing)
-        again = self.label_states(src, tgt_in, rows)  # (K, D): the second pass's dropout
-        weight, target = self.out.weight, tgt_out[real]  # (V, D), (K,)
-        kl_weight = rdrop_alpha / 2  # the mean of the two losses + alpha / 2 x KL
-        return kernels.rdrop_loss(kept, again, weight, target, label_smoothing, kl_weight)
 
-    def label_states(self, src: Tensor, tgt_in: Tensor, rows: Tensor) -> Tensor:
+        all_positions: the same sums, with every (B x T) position passed to the loss kernel and
+        the padded labels skipped there, so that no shape depends on the data (torch.compile
+        with static shapes reuses one graph per batch shape; see seq2seq/data/buckets.py).
+        """
+        rows: Tensor | None
+        ignore: int | None
+        if all_positions:  # every position; the loss kernel skips the padded labels
+            rows, target, ignore = None, tgt_out.flatten(), PAD_ID  # target (B T,)
+        else:  # the real labels' positions only
+            real = tgt_out.ne(PAD_ID)  # (B, T)
+            rows, target, ignore = real.flatten().nonzero().squeeze(1), tgt_out[real], None  # (K,)
+        kept = self.label_states(src, tgt_in, rows)  # (K, D) or (B T, D)
+        weight = self.out.weight  # (V, D)
+        if rdrop_alpha == 0:
+            return kernels.output_loss(kept, weight, target, label_smoothing, ignore)
+        again = self.label_states(src, tgt_in, rows)  # (K, D): the second pass's dropout
+        kl_weight = rdrop_alpha / 2  # the mean of the two losses + alpha / 2 x KL
+        return kernels.rdrop_loss(kept, again, weight, target, label_smoothing, kl_weight, ignore)
+
+    def label_states(self, src: Tensor, tgt_in: Tensor, rows: Tensor | None) -> Tensor:
         """The final decoder states (K, D) of the flattened (B x T) positions `rows` (K,) of a
-        teacher-forced pass over sources (B, S) and decoder inputs (B, T)."""
+        teacher-forced pass over sources (B, S) and decoder inputs (B, T); all of them
+        (B x T, D) when `rows` is None."""
         memory, src_mask = self.encode(src)
-        hidden = self.decode_states(tgt_in, memory, src_mask)  # (B, T, D)
+        hidden = self.decode_states(tgt_in, memory, src_mask).flatten(0, 1)  # (B T, D)
+        if rows is None:
+            return hidden
         # index_select: its backward (index_add_) is faster on a CPU than a boolean mask's
-        return hidden.flatten(0, 1).index_select(0, rows)  # (K, D)
+        return hidden.index_select(0, rows)  # (K, D)
 
     def logits(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V) for sources (B, S) and decoder inputs (B, T)."""

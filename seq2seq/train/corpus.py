@@ -17,6 +17,7 @@ from seq2seq.config.schema import (
     DataConfig,
     TokenizerConfig,
     TrainConfig,
+    fixed_shapes,
     resolve_path,
 )
 from seq2seq.data.epochs import TrainData
@@ -71,6 +72,7 @@ def load_corpus(cfg: TrainConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
         t.seed,
         data.train_max_src_len,
         train_sampler(cfg, toks),
+        fixed_shapes(t),
     )
     log_filtered(prepared, train, data)
     evals = {}
@@ -157,6 +159,7 @@ def corpus_from_splits(
             t.seed,
             data.train_max_src_len,
             train_sampler(cfg, toks),
+            fixed_shapes(t),
         ),
         evals,
         data_fingerprint(*texts),

@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 
 from seq2seq.config.schema import Precision, TrainConfig, length_cap
-from seq2seq.data.batching import Batch, fit_budget
+from seq2seq.data.batching import Batch
 from seq2seq.data.epochs import BatchRef
 from seq2seq.errors import UserError
 from seq2seq.model.transformer import EncoderDecoder
@@ -44,6 +44,7 @@ from seq2seq.train.checkpoint import (
     rotate_checkpoints,
     save_checkpoint,
 )
+from seq2seq.train.compiled import WarmUp, compile_model
 from seq2seq.train.corpus import Corpus, within_cap
 from seq2seq.train.distributed import DistInfo, NullWriter, all_reduce_sum, broadcast, shard
 from seq2seq.train.flops import FlopCounter, Throughput, peak_tflops
@@ -159,12 +160,18 @@ class Trainer:
     def wrap_model(self) -> None:
         """self.ddp: the module whose gradients DDP averages over ranks (the model itself in a
         single process); self.forward: what the training step calls (torch.compile'd when
-        trainer.compile). self.model stays the plain module (state dicts, validation)."""
+        trainer.compile; with fixed batch shapes, static ones: self.static). self.model stays
+        the plain module (state dicts, validation)."""
         self.ddp: torch.nn.Module = self.model
         if self.dist.enabled:
             ids = [self.device] if self.device.type == "cuda" else None
             self.ddp = DistributedDataParallel(self.model, device_ids=ids)
-        self.forward: Any = torch.compile(self.ddp) if self.cfg.trainer.compile else self.ddp
+        t, buckets = self.cfg.trainer, self.train_data.buckets
+        self.static = t.compile and buckets is not None  # no shape may depend on the data
+        self.forward: Any = (
+            compile_model(self.ddp, buckets, t.compile_mode) if t.compile else self.ddp
+        )
+        self.warmup = WarmUp(t.compile)
 
     def grad_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
         """Under DDP, gradients are all-reduced only on the last backward of a step."""
@@ -215,6 +222,7 @@ class Trainer:
         batches = self.epoch_batches(0)
         first = [batches[i : i + t.accum_steps] for i in range(0, 2 * t.accum_steps, t.accum_steps)]
         groups = [[b for i in g for b in self._collate(i)] for g in first if g]
+        groups = groups[:1] if t.compile else groups  # compiled in the untimed round only
 
         def step(precision: Precision, round_: int) -> None:
             self.precision = precision
@@ -255,9 +263,9 @@ class Trainer:
         """Summed loss (label-smoothed; R-Drop's with trainer.rdrop_alpha) and NLL of a batch."""
         t = self.cfg.trainer
         with self.autocast():
-            losses: tuple[Tensor, Tensor] = self.forward(  # the DDP-wrapped or compiled model
-                batch.src, batch.tgt_in, batch.tgt_out, t.label_smoothing, t.rdrop_alpha
-            )
+            args = (batch.src, batch.tgt_in, batch.tgt_out, t.label_smoothing, t.rdrop_alpha)
+            # the DDP-wrapped or compiled model; self.static: its all_positions
+            losses: tuple[Tensor, Tensor] = self.forward(*args, self.static)
             return losses
 
     def train_step(self, group: list[Batch]) -> dict[str, float] | None:
@@ -375,11 +383,15 @@ class Trainer:
                 if s.batch >= len(batches):
                     s.epoch, s.batch = s.epoch + 1, 0
                     continue
+                if s.batch == 0:  # the epoch's shapes and padding, from its plan
+                    record = {"type": "epoch", "epoch": s.epoch, "step": s.step}
+                    self.steplog.write({**record, **self.train_data.epoch_padding(s.epoch)})
                 ids = batches[s.batch : s.batch + t.accum_steps]
                 s.batch += len(ids)
                 group = [b for i in ids for b in self._collate(i)]
                 self.train_data.prefetch(batches[s.batch : s.batch + t.accum_steps])  # next ones
-                stats = self.train_step(group)
+                with self.warmup.step(group, self.precision.value, s.step + 1):
+                    stats = self.train_step(group)
                 if stats is None:
                     continue
                 window.add(stats)
@@ -391,6 +403,7 @@ class Trainer:
                 if s.step % t.valid_every == 0:
                     self.validate_and_save()
             progress.close()
+            self.warmup.summary()
             log.info("training stopped at step %d: %s", s.step, reason)
             if stop.signum is not None or reason.endswith(" received"):  # rank 0's signal
                 self.save(best=False, periodic=False)
@@ -418,8 +431,7 @@ class Trainer:
         )
 
     def _collate(self, ref: BatchRef) -> list[Batch]:  # > 1 pass: sampled segmentations
-        parts = fit_budget(self.train_data.collate(ref), self.cfg.trainer.max_tokens)
-        return [b.to(self.device) for b in parts]
+        return [b.to(self.device) for b in self.train_data.passes(ref)]
 
     def validate(self) -> dict[str, float]:
         """Teacher-forced loss and perplexity, and BLEU, chrF and TER of greedy translations,

@@ -137,7 +137,8 @@ def test_straight_run_log_is_complete(straight: Straight) -> None:
     assert [r["step"] for r in log if r["type"] == "train"] == list(range(1, 13))
     assert [r["step"] for r in log if r["type"] == "valid"] == [4, 8, 12]
     assert {r["epoch"] for r in log if r["type"] == "train" and r["step"] > 8} == {0, 1}
-    assert all(isinstance(r["loss"], float) for r in log)
+    assert [(r["epoch"], r["step"]) for r in log if r["type"] == "epoch"] == [(0, 0), (1, 10)]
+    assert all(isinstance(r["loss"], float) for r in log if r["type"] != "epoch")
     assert all(isinstance(r["lr"], float) for r in log if r["type"] == "train")
 
 

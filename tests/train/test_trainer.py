@@ -296,10 +296,12 @@ def test_decoding_sees_the_weights_of_each_fused_step() -> None:
 @pytest.mark.slow  # torch.compile's first compilation takes ~30 s on 2 CPU cores
 def test_compile_trains_like_eager(tmp_path: Path) -> None:
     """The losses of the same steps agree (weights are not compared: the key bias has an
-    analytically zero gradient, whose rounding noise Adam turns into lr-sized steps)."""
+    analytically zero gradient, whose rounding noise Adam turns into lr-sized steps). Exact
+    batch shapes, so with dynamic shapes: tests/train/test_batch_shapes.py compiles the fixed
+    shapes that trainer.compile takes by default."""
     losses = {}
     for name, extra in (("eager", ()), ("compiled", ("trainer.compile=true",))):
-        trainer = tiny_trainer(tmp_path / name, *extra)
+        trainer = tiny_trainer(tmp_path / name, "trainer.batch_shapes=exact", *extra)
         trainer.fit()
         trainer.close()
         losses[name] = [r["loss"] for r in train_records(trainer)]
