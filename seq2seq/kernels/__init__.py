@@ -5,20 +5,23 @@
     dropout(x, p, training)                     inverted dropout
     output_loss(hidden, weight, target, eps)    output layer + label-smoothed loss, summed
     rdrop_loss(hidden, again, weight, ...)      R-Drop's loss of two passes, summed
+    topk(x, k), row_max(x)                      the searches' k largest / largest of each row
     attention_mask(key_mask, causal, ...)       the boolean mask attention applies (for weights)
+    key_bias(key_mask, dtype)                   a key mask as a bias on the logits, made once
     setup_process(device, training, mode)       process-wide settings, once at start-up
     resolve_device(name)                        'auto', 'cpu', 'cuda:N' -> a device that exists
 
 Two modes (trainer.kernels):
 - auto (the default): CPU tensors take the fast CPU kernels (cpu.py: oneDNN linears with
-  packed weights, 16-bit dropout masks, attention on matmuls or SDPA with padded keys;
-  loss.py: the chunked output layer + loss, and R-Drop's); tensors on any other device,
-  CUDA included, take the reference path.
+  packed weights, 16-bit dropout masks, attention on matmuls or SDPA with padded keys, top-k
+  and row maxima block by block; loss.py: the chunked output layer + loss, and R-Drop's);
+  tensors on any other device, CUDA included, take the reference path.
 - reference: plain PyTorch everywhere (reference.py): F.linear, F.scaled_dot_product_attention,
-  F.dropout, and F.cross_entropy(label_smoothing=...) (with F.kl_div for R-Drop) on full
-  logits.
+  F.dropout, F.cross_entropy(label_smoothing=...) (with F.kl_div for R-Drop) on full logits,
+  torch.topk and Tensor.max.
 Both compute the same function: outputs and gradients agree to float rounding (the dropout
-masks differ). The mode is process-wide, like the settings of setup_process.
+masks differ; where top-k values tie, the indices may differ). The mode is process-wide, like
+the settings of setup_process.
 
 Importing this package changes nothing outside it: no environment variable, no allocator
 setting. setup_process makes those changes, at the entry points.
@@ -36,7 +39,7 @@ from seq2seq.errors import ConfigError
 from seq2seq.kernels import cpu, onednn, reference
 from seq2seq.kernels.allocator import keep_freed_memory
 from seq2seq.kernels.loss import linear_label_smoothed_nll, linear_rdrop
-from seq2seq.kernels.reference import Values, attention_mask
+from seq2seq.kernels.reference import Values, attention_mask, key_bias
 
 MODES = ("auto", "reference")
 _mode = "auto"
@@ -109,7 +112,8 @@ def attention(
     """Scaled dot-product attention (Vaswani et al. 2017) of q (B, H, Tq, Dh) over k, v
     (B, H, Tk, Dh) -> (B, H, Tq, Dh).
 
-    bias (B|1, H, Tq, Tk): added to the logits (relative encodings). key_mask (B, Tk): True at
+    bias (B|1, H|1, Tq|1, Tk): added to the logits (relative encodings; a `key_bias`). key_mask
+    (B, Tk): True at
     keys that may be attended to. causal: query i, at position Tk - Tq + i, sees keys up to
     there. dropout_p: on the attention weights (0 outside training). values: given the weights
     (B, H, Tq, Tk), a term added to the output (Shaw et al.'s relative values), which makes the
@@ -146,6 +150,21 @@ def rdrop_loss(
     return reference.rdrop_loss(hidden, again, weight, target, eps, alpha)
 
 
+def topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest values of each row of x (N, V), largest first, and their indices (N, k)
+    (beam search's candidates). On a CPU in auto mode, long rows go block by block (cpu.py)."""
+    if _mode == "auto" and x.is_cpu:
+        return cpu.topk(x, k)
+    return reference.topk(x, k)
+
+
+def row_max(x: Tensor) -> tuple[Tensor, Tensor]:
+    """The largest value of each row of x (N, V) and its index, (N,) each (greedy search)."""
+    if _mode == "auto" and x.is_cpu:
+        return cpu.row_max(x)
+    return reference.row_max(x)
+
+
 def resolve_device(name: str) -> torch.device:
     """'auto' picks CUDA when present, else the CPU. A device that does not exist here is a
     ConfigError naming it."""
@@ -168,11 +187,14 @@ __all__ = [
     "attention_mask",
     "dropout",
     "get_mode",
+    "key_bias",
     "linear",
     "output_loss",
     "rdrop_loss",
     "resolve_device",
+    "row_max",
     "set_mode",
     "setup_process",
+    "topk",
     "use",
 ]
