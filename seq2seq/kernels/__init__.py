@@ -23,6 +23,9 @@ Both compute the same function: outputs and gradients agree to float rounding (t
 masks differ; where top-k values tie, the indices may differ). The mode is process-wide, like
 the settings of setup_process.
 
+These functions run ~100 times a decoding step: their checks stay cheap (`Tensor.is_cpu`, a
+module global), and the slower setting-up happens once, in setup_process.
+
 Importing this package changes nothing outside it: no environment variable, no allocator
 setting. setup_process makes those changes, at the entry points.
 """
@@ -85,7 +88,7 @@ def setup_process(
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
     """x @ weight.T + bias, then a ReLU if asked: (..., D_in) -> (..., D_out)."""
-    if _mode == "auto" and x.device.type == "cpu":  # inline: ~100 calls per decoding step
+    if _mode == "auto" and x.is_cpu:  # inline: ~30 calls per decoding step
         return cpu.linear(x, weight, bias, relu)
     return reference.linear(x, weight, bias, relu)
 
@@ -94,7 +97,7 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """Inverted dropout (Srivastava et al. 2014): x itself when not training or p == 0."""
     if not training or p == 0:
         return x
-    if _mode == "auto" and x.device.type == "cpu":
+    if _mode == "auto" and x.is_cpu:
         return cpu.dropout(x, p, training)
     return reference.dropout(x, p, training)
 
@@ -119,7 +122,7 @@ def attention(
     (B, H, Tq, Tk), a term added to the output (Shaw et al.'s relative values), which makes the
     weights explicit.
     """
-    if _mode == "auto" and q.device.type == "cpu":
+    if _mode == "auto" and q.is_cpu:
         return cpu.attention(q, k, v, bias, key_mask, causal, dropout_p, values)
     return reference.attention(q, k, v, bias, key_mask, causal, dropout_p, values)
 
@@ -130,7 +133,7 @@ def output_loss(
     """Summed label-smoothed loss (Szegedy et al. 2016) and summed NLL of hidden states (N, D)
     through the output layer's weight (V, D), for targets (N,) without padding. Only the loss
     carries a gradient. On a CPU in auto mode the (N, V) logits never exist (loss.py)."""
-    if _mode == "auto" and hidden.device.type == "cpu":
+    if _mode == "auto" and hidden.is_cpu:
         return linear_label_smoothed_nll(hidden, weight, target, eps)
     return reference.output_loss(hidden, weight, target, eps)
 
@@ -145,7 +148,7 @@ def rdrop_loss(
     summed over the vocabulary and the targets (the authors' reduction; loss.py says where
     ours differs). Returns it and the two passes' mean summed NLL (no gradient). On a CPU in
     auto mode neither pass's (N, V) logits exist (loss.py); elsewhere both do (reference.py)."""
-    if _mode == "auto" and hidden.device.type == "cpu":
+    if _mode == "auto" and hidden.is_cpu:
         return linear_rdrop(hidden, again, weight, target, eps, alpha)
     return reference.rdrop_loss(hidden, again, weight, target, eps, alpha)
 
