@@ -9,6 +9,7 @@ tokens and at least `min_len` (EOS included in both; EOS is masked before `min_l
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seq2seq import kernels
 from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, SearchKind
 from seq2seq.data.batching import sentence_batches
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -66,6 +68,12 @@ class _Bounds:
         return _Bounds(self.max_len[sentences], self.min_len[sentences])
 
 
+@functools.cache
+def _never_output(device: torch.device) -> Tensor:
+    """The ids no search outputs, PAD and BOS (2,), on `device`."""
+    return torch.tensor([PAD_ID, BOS_ID], device=device)
+
+
 def _logprobs(logits: Tensor, step: int, bounds: _Bounds, group: int) -> Tensor:
     """Log-probabilities (B, G, V) of token `step` for logits (B*G, V), G hypotheses a sentence.
 
@@ -73,8 +81,7 @@ def _logprobs(logits: Tensor, step: int, bounds: _Bounds, group: int) -> Tensor:
     only EOS is left, with its own log-probability (the limit charges log p(EOS), like fairseq).
     """
     logprobs = logits.float().log_softmax(-1).view(-1, group, logits.size(-1))  # (B, G, V)
-    logprobs[..., PAD_ID] = NEG_INF
-    logprobs[..., BOS_ID] = NEG_INF
+    logprobs.index_fill_(-1, _never_output(logprobs.device), NEG_INF)
     length = step + 1  # output length if this token is EOS
     if length < bounds.last_min:
         logprobs[..., EOS_ID].masked_fill_((length < bounds.min_len)[:, None], NEG_INF)
@@ -105,7 +112,7 @@ Pick = Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
 
 
 def _most_probable(logprobs: Tensor, rows: Tensor, step: int) -> tuple[Tensor, Tensor]:
-    return logprobs.max(-1)  # (N,) each
+    return kernels.row_max(logprobs)  # (N,) each
 
 
 @torch.inference_mode()
@@ -128,29 +135,35 @@ def one_path_search(
 ) -> list[Hypothesis]:
     """One hypothesis per row of the encoder output memory (B, S, D), its token at every step
     chosen by `pick` (greedy: the most probable; sampling: a draw). A row leaves the batch when
-    it emits EOS, and the search stops when none is left."""
+    it emits EOS, and the search stops when none is left. A step writes the rows still decoding
+    by slices (tokens (N, L), score (N,)); they go to their sentences' places when rows leave."""
     batch, limit, device = memory.size(0), int(max_len.max()), memory.device
     bounds = _Bounds(max_len, _as_lengths(min_len, max_len))
     cache = model.new_cache(limit)
     out = torch.full((batch, limit), PAD_ID, dtype=torch.long, device=device)  # (B, L)
-    score = torch.zeros(batch, device=device)  # (B,)
+    final = torch.zeros(batch, device=device)  # (B,)
+    tokens, score = out.clone(), final.clone()  # (N, L), (N,): the rows still decoding
     alive = torch.arange(batch, device=device)  # (N,) sentence of each row still decoding
     token = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=device)  # (N, 1)
     for step in range(limit):
         logits = model.decode(token, memory, src_mask, cache)[:, -1]  # (N, V)
         best_logprob, best = pick(_logprobs(logits, step, bounds, 1)[:, 0], alive, step)  # (N,)
-        out[alive, step] = best
-        score[alive] += best_logprob
+        tokens[:, step] = best
+        score += best_logprob
         ended = best.eq(EOS_ID)  # (N,)
         if bool(ended.any()):
+            out[alive], final[alive] = tokens, score
             rows = ended.logical_not().nonzero().squeeze(1)  # (N',)
             if rows.numel() == 0:
                 break
             alive, best, bounds = alive[rows], best[rows], bounds.select(rows)
+            tokens, score = tokens[rows], score[rows]
             memory, src_mask = memory[rows], src_mask[rows]
             _keep(cache, rows, rows)
         token = best[:, None]
-    return [Hypothesis(_strip(row), s) for row, s in zip(out.tolist(), score.tolist(), strict=True)]
+    else:  # the length limit stopped the rows still decoding
+        out[alive], final[alive] = tokens, score
+    return [Hypothesis(_strip(row), s) for row, s in zip(out.tolist(), final.tolist(), strict=True)]
 
 
 @torch.inference_mode()
@@ -271,16 +284,11 @@ def _advance(
     Returns the cache rows to keep (the old hypothesis each new one continues) and the
     sentences kept (None: all of them), or None when every sentence is done.
     """
-    nb, width, vocab = logprobs.shape
+    nb, width, _ = logprobs.shape
     k = cfg.beam_size
-    cand = logprobs.add_(beams.score[:, :, None]).view(nb, width * vocab)  # (B', W*V)
-    if cand.size(1) < 2 * k:  # a tiny vocabulary: pad with impossible candidates
-        cand = F.pad(cand, (0, 2 * k - cand.size(1)), value=NEG_INF)
-    cand_score, cand_idx = cand.topk(2 * k, dim=1)  # (B', 2K)
-    parent = (cand_idx // vocab).clamp(max=width - 1)  # padding points at a real hypothesis
-    rows = parent + torch.arange(0, nb * width, width, device=cand.device)[:, None]
-    token_of = cand_idx % vocab  # (B', 2K); rows (B', 2K) index beams.tokens
-    is_eos = token_of.eq(EOS_ID)  # (B', 2K)
+    cand_score, parent, token_of = _best_continuations(logprobs, beams.score, 2 * k)  # (B', 2K)
+    rows = parent + torch.arange(0, nb * width, width, device=parent.device)[:, None]
+    is_eos = token_of.eq(EOS_ID)  # (B', 2K); rows (B', 2K) index beams.tokens
     alive_score, alive_pos = cand_score.masked_fill(is_eos, NEG_INF).topk(k)  # (B', K)
     done = alive_score[:, 0].isneginf()  # (B',) nothing left to continue
     ending = is_eos[:, :k] & cand_score[:, :k].isfinite()  # (B', K) only EOS in the top K ends
@@ -301,6 +309,26 @@ def _advance(
         return None
     beams.select(live)
     return keep.view(nb, k)[live].view(-1), live
+
+
+def _best_continuations(logprobs: Tensor, score: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The n best continuations of each sentence among its W hypotheses' V tokens, logprobs
+    (B', W, V) added to the hypotheses' scores (B', W): their summed scores (B', n), best first,
+    the hypothesis (B', n) in [0, W) each continues and its token (B', n). The n best of the
+    W x V sums are among each hypothesis' own n best tokens (the score adds the same to all of
+    them), so only those W x n sums are made, never the (B', W x V) ones. A tiny vocabulary is
+    padded with impossible candidates (-inf, token PAD, hypothesis 0)."""
+    nb, width, vocab = logprobs.shape
+    per_row = min(n, vocab)
+    top, token = kernels.topk(logprobs.view(nb * width, vocab), per_row)  # (B'*W, n') each
+    cand = (top.view(nb, width, per_row) + score[:, :, None]).view(nb, width * per_row)
+    token = token.view(nb, width * per_row)  # (B', W*n')
+    if cand.size(1) < n:
+        cand = F.pad(cand, (0, n - cand.size(1)), value=NEG_INF)  # (B', n)
+        token = F.pad(token, (0, n - token.size(1)), value=PAD_ID)  # (B', n)
+    cand_score, pos = cand.topk(n, dim=1)  # (B', n)
+    parent = (pos // per_row).clamp(max=width - 1)  # padding points at a real hypothesis
+    return cand_score, parent, token.gather(1, pos)
 
 
 def decode_batch(

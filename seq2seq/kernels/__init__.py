@@ -5,20 +5,26 @@
     dropout(x, p, training)                     inverted dropout
     output_loss(hidden, weight, target, eps)    output layer + label-smoothed loss, summed
     rdrop_loss(hidden, again, weight, ...)      R-Drop's loss of two passes, summed
+    topk(x, k), row_max(x)                      the searches' k largest / largest of each row
     attention_mask(key_mask, causal, ...)       the boolean mask attention applies (for weights)
+    key_bias(key_mask, dtype)                   a key mask as a bias on the logits, made once
     setup_process(device, training, mode)       process-wide settings, once at start-up
     resolve_device(name)                        'auto', 'cpu', 'cuda:N' -> a device that exists
 
 Two modes (trainer.kernels):
 - auto (the default): CPU tensors take the fast CPU kernels (cpu.py: oneDNN linears with
-  packed weights, 16-bit dropout masks, attention on matmuls or SDPA with padded keys;
-  loss.py: the chunked output layer + loss, and R-Drop's); tensors on any other device,
-  CUDA included, take the reference path.
+  packed weights, 16-bit dropout masks, attention on matmuls or SDPA with padded keys, top-k
+  and row maxima block by block; loss.py: the chunked output layer + loss, and R-Drop's);
+  tensors on any other device, CUDA included, take the reference path.
 - reference: plain PyTorch everywhere (reference.py): F.linear, F.scaled_dot_product_attention,
-  F.dropout, and F.cross_entropy(label_smoothing=...) (with F.kl_div for R-Drop) on full
-  logits.
+  F.dropout, F.cross_entropy(label_smoothing=...) (with F.kl_div for R-Drop) on full logits,
+  torch.topk and Tensor.max.
 Both compute the same function: outputs and gradients agree to float rounding (the dropout
-masks differ). The mode is process-wide, like the settings of setup_process.
+masks differ; where top-k values tie, the indices may differ). The mode is process-wide, like
+the settings of setup_process.
+
+These functions run ~100 times a decoding step: their checks stay cheap (`Tensor.is_cpu`, a
+module global), and the slower setting-up happens once, in setup_process.
 
 Importing this package changes nothing outside it: no environment variable, no allocator
 setting. setup_process makes those changes, at the entry points.
@@ -36,7 +42,7 @@ from seq2seq.errors import ConfigError
 from seq2seq.kernels import cpu, onednn, reference
 from seq2seq.kernels.allocator import keep_freed_memory
 from seq2seq.kernels.loss import linear_label_smoothed_nll, linear_rdrop
-from seq2seq.kernels.reference import Values, attention_mask
+from seq2seq.kernels.reference import Values, attention_mask, key_bias
 
 MODES = ("auto", "reference")
 _mode = "auto"
@@ -82,7 +88,7 @@ def setup_process(
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
     """x @ weight.T + bias, then a ReLU if asked: (..., D_in) -> (..., D_out)."""
-    if _mode == "auto" and x.device.type == "cpu":  # inline: ~100 calls per decoding step
+    if _mode == "auto" and x.is_cpu:  # inline: ~30 calls per decoding step
         return cpu.linear(x, weight, bias, relu)
     return reference.linear(x, weight, bias, relu)
 
@@ -91,7 +97,7 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """Inverted dropout (Srivastava et al. 2014): x itself when not training or p == 0."""
     if not training or p == 0:
         return x
-    if _mode == "auto" and x.device.type == "cpu":
+    if _mode == "auto" and x.is_cpu:
         return cpu.dropout(x, p, training)
     return reference.dropout(x, p, training)
 
@@ -109,13 +115,14 @@ def attention(
     """Scaled dot-product attention (Vaswani et al. 2017) of q (B, H, Tq, Dh) over k, v
     (B, H, Tk, Dh) -> (B, H, Tq, Dh).
 
-    bias (B|1, H, Tq, Tk): added to the logits (relative encodings). key_mask (B, Tk): True at
+    bias (B|1, H|1, Tq|1, Tk): added to the logits (relative encodings; a `key_bias`). key_mask
+    (B, Tk): True at
     keys that may be attended to. causal: query i, at position Tk - Tq + i, sees keys up to
     there. dropout_p: on the attention weights (0 outside training). values: given the weights
     (B, H, Tq, Tk), a term added to the output (Shaw et al.'s relative values), which makes the
     weights explicit.
     """
-    if _mode == "auto" and q.device.type == "cpu":
+    if _mode == "auto" and q.is_cpu:
         return cpu.attention(q, k, v, bias, key_mask, causal, dropout_p, values)
     return reference.attention(q, k, v, bias, key_mask, causal, dropout_p, values)
 
@@ -130,7 +137,7 @@ def output_loss(
     ignore: a target id (PAD) whose rows add nothing, to the sums or the gradients: a batch's
     every position can then be passed, so that no shape depends on the data (torch.compile's
     static shapes). The CPU path drops those rows first; the reference path skips them."""
-    if _mode == "auto" and hidden.device.type == "cpu":
+    if _mode == "auto" and hidden.is_cpu:
         hidden, target = _kept(hidden, target, ignore)
         return linear_label_smoothed_nll(hidden, weight, target, eps)
     return reference.output_loss(hidden, weight, target, eps, ignore)
@@ -153,7 +160,7 @@ def rdrop_loss(
     ours differs). Returns it and the two passes' mean summed NLL (no gradient). On a CPU in
     auto mode neither pass's (N, V) logits exist (loss.py); elsewhere both do (reference.py).
     ignore: as output_loss's."""
-    if _mode == "auto" and hidden.device.type == "cpu":
+    if _mode == "auto" and hidden.is_cpu:
         again = _kept(again, target, ignore)[0]
         hidden, target = _kept(hidden, target, ignore)
         return linear_rdrop(hidden, again, weight, target, eps, alpha)
@@ -166,6 +173,21 @@ def _kept(hidden: Tensor, target: Tensor, ignore: int | None) -> tuple[Tensor, T
         return hidden, target
     rows = target.ne(ignore).nonzero().squeeze(1)  # (K,)
     return hidden.index_select(0, rows), target.index_select(0, rows)
+
+
+def topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest values of each row of x (N, V), largest first, and their indices (N, k)
+    (beam search's candidates). On a CPU in auto mode, long rows go block by block (cpu.py)."""
+    if _mode == "auto" and x.is_cpu:
+        return cpu.topk(x, k)
+    return reference.topk(x, k)
+
+
+def row_max(x: Tensor) -> tuple[Tensor, Tensor]:
+    """The largest value of each row of x (N, V) and its index, (N,) each (greedy search)."""
+    if _mode == "auto" and x.is_cpu:
+        return cpu.row_max(x)
+    return reference.row_max(x)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -190,11 +212,14 @@ __all__ = [
     "attention_mask",
     "dropout",
     "get_mode",
+    "key_bias",
     "linear",
     "output_loss",
     "rdrop_loss",
     "resolve_device",
+    "row_max",
     "set_mode",
     "setup_process",
+    "topk",
     "use",
 ]

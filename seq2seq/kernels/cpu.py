@@ -1,8 +1,13 @@
 """The fast CPU kernels behind seq2seq.kernels in auto mode: linear layers on oneDNN, dropout
-masks from 16 random bits per element, and attention as two matmuls where SDPA's CPU kernel is
-slower. docs/BENCHMARKS.md ("Kernel notes") has the measurements behind each choice.
+masks from 16 random bits per element, attention as two matmuls where SDPA's CPU kernel is
+slower, and the searches' top-k and row maxima block by block on long rows.
+docs/BENCHMARKS.md ("Kernel notes") has the measurements behind each choice.
 
-Shapes: B batch, H heads, Tq queries, Tk keys, Dh = head width.
+Decoding one sentence (or its beams) costs little arithmetic a step and many small calls: there
+attention goes to SDPA, one call where the matmuls make about ten, and the products to F.linear,
+without oneDNN's checks and packed-weight lookup (benchmarks/decode_ops.py counts the calls).
+
+Shapes: B batch, H heads, Tq queries, Tk keys, Dh = head width, N rows, V row length.
 """
 
 from __future__ import annotations
@@ -18,17 +23,34 @@ from seq2seq.kernels import onednn, reference
 FAST_SOFTMAX_LEN = 16
 # float32 training attention takes matmuls up to this many keys, SDPA beyond
 MATMUL_MAX_KEYS = 32
+# products without gradients of at most this many rows go to F.linear (see `linear`)
+SMALL_ROWS = 8
+# attention without gradients over at most this many query rows (B x Tq) goes to SDPA
+FEW_QUERY_ROWS = 8
+# top-k and row maxima over at least this many elements go block by block (see `topk`)
+BLOCKED_MIN_ELEMENTS = 1 << 16
+BLOCK = 64  # elements a block
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
     """x @ weight.T + bias, then a ReLU if asked: (..., D_in) -> (..., D_out).
 
     float32 runs on oneDNN (onednn.py), training and decoding alike, where F.linear would call
-    MKL's SGEMM, slow on AMD CPUs. Other dtypes and autocast keep F.linear.
+    MKL's SGEMM, slow on AMD CPUs; except products without gradients of at most SMALL_ROWS rows
+    (one sentence decoded, or its beams), whose arithmetic is negligible: F.linear spares them
+    the Python side of oneDNN's path (its checks and the packed-weight lookup), though its C++
+    side makes more dispatcher calls (t, addmm and their views); benchmarks/decode_ops.py
+    --set SMALL_ROWS=0 counts both ways. Other dtypes and autocast keep F.linear.
     """
+    if x.numel() <= SMALL_ROWS * weight.size(1) and not _needs_grad(x, weight):
+        return reference.linear(x, weight, bias, relu)
     if onednn.usable(x, weight):
         return onednn.linear(x, weight, bias, relu)
     return reference.linear(x, weight, bias, relu)
+
+
+def _needs_grad(x: Tensor, weight: Tensor) -> bool:
+    return torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -59,8 +81,10 @@ def _keep_mask(x: Tensor, dropped: int) -> Tensor:
 
 def _matmul_attention(q: Tensor, k_len: int, mask: Tensor | None) -> bool:
     """Where two batched matmuls beat SDPA's CPU kernel (measured with 2 threads):
-    - decoding steps: a few queries per row (one new token, or the beams of a sentence folded
-      into one row), except a single query under a padding mask;
+    - decoding steps of a batch: a few queries per row (one new token, or the beams of a
+      sentence folded into one row), except a single query under a padding mask; one sentence
+      alone (at most FEW_QUERY_ROWS query rows in all) takes SDPA, one call where the matmuls
+      make about ten;
     - bfloat16 (autocast training): SDPA's bf16 CPU kernel is slower than its own fp32 one, and
       than bf16 matmuls with a float32 softmax, forward + backward;
     - float32 training on up to MATMUL_MAX_KEYS keys, keys padded to FAST_SOFTMAX_LEN. From ~64
@@ -68,6 +92,8 @@ def _matmul_attention(q: Tensor, k_len: int, mask: Tensor | None) -> bool:
     q_len = q.size(-2)
     if q.dtype == torch.bfloat16 or (q.requires_grad and k_len <= MATMUL_MAX_KEYS):
         return True
+    if q.size(0) * q_len <= FEW_QUERY_ROWS and not q.requires_grad:
+        return False
     return q_len <= 8 and (q_len > 1 or mask is None)
 
 
@@ -104,3 +130,42 @@ def attention(
     if k_len < FAST_SOFTMAX_LEN and q.requires_grad and values is None:
         k, v, bias, mask = _pad_keys(k, v, bias, mask)  # Tk -> 16
     return reference.explicit_attention(q, k, v, bias, mask, dropout_p, values, drop=dropout)
+
+
+def topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """reference.topk's values (N, k), largest first, and indices of a row's k largest: on long
+    rows block by block (`_blocked_topk`), elsewhere torch.topk. Where values tie, either may
+    return the other's index."""
+    n, v = x.shape
+    if n * v < BLOCKED_MIN_ELEMENTS or v < 4 * k * BLOCK or x.requires_grad:
+        return reference.topk(x, k)
+    return _blocked_topk(x, k)
+
+
+def row_max(x: Tensor) -> tuple[Tensor, Tensor]:
+    """reference.row_max's value and index (N,) of each row's largest, block by block on long
+    rows."""
+    n, v = x.shape
+    if n * v < BLOCKED_MIN_ELEMENTS or v < 4 * BLOCK or x.requires_grad:
+        return reference.row_max(x)
+    values, indices = _blocked_topk(x, 1)  # (N, 1) each
+    return values.squeeze(1), indices.squeeze(1)
+
+
+def _blocked_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """torch.topk(x, k) for rows x (N, V) of at least k full blocks. torch.topk copies every
+    element of a row into a queue of (value, index) pairs; here one vectorized pass takes the
+    maximum of each BLOCK elements, and the k largest values lie in the k blocks of largest
+    maxima and the last, partial block: torch.topk then runs on those k * BLOCK (+ the rest)
+    candidates only."""
+    n, v = x.shape
+    full = v // BLOCK * BLOCK
+    maxima = x[:, :full].view(n, full // BLOCK, BLOCK).amax(-1)  # (N, blocks)
+    blocks = maxima.topk(k, dim=-1).indices  # (N, k)
+    offsets = torch.arange(BLOCK, device=x.device)  # (BLOCK,)
+    index = (blocks[:, :, None] * BLOCK + offsets).view(n, k * BLOCK)  # (N, k*BLOCK)
+    if full < v:  # the partial block, whole
+        rest = torch.arange(full, v, device=x.device).expand(n, -1)  # (N, V - full)
+        index = torch.cat((index, rest), 1)  # (N, C)
+    values, best = x.gather(1, index).topk(k, dim=-1)  # (N, k) each
+    return values, index.gather(1, best)

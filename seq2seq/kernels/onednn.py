@@ -24,7 +24,7 @@ may write without bumping it (fused AdamW does), drops the stepped weights' pack
 from __future__ import annotations
 
 import os
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import torch
@@ -52,20 +52,23 @@ def cap_caches() -> None:
         os.environ.setdefault(variable, str(CACHE_CAPACITY))
 
 
-def _autocast_cpu() -> bool:
-    try:
-        return torch.is_autocast_enabled("cpu")
-    except TypeError:  # torch < 2.4
-        return torch.is_autocast_cpu_enabled()
+def _autocast_cpu_since_2_4() -> bool:
+    return torch.is_autocast_enabled("cpu")
+
+
+_autocast_cpu: Callable[[], bool]
+try:  # chosen once: `usable` runs for every product
+    _autocast_cpu_since_2_4()
+    _autocast_cpu = _autocast_cpu_since_2_4
+except TypeError:  # torch < 2.4
+    _autocast_cpu = torch.is_autocast_cpu_enabled
 
 
 def usable(*tensors: Tensor) -> bool:
     """Whether products of these tensors go to oneDNN: float32 on a CPU, outside autocast."""
-    return (
-        ENABLED
-        and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
-        and not _autocast_cpu()
-    )
+    if not ENABLED or _autocast_cpu():
+        return False
+    return all(t.dtype == torch.float32 and t.is_cpu for t in tensors)
 
 
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, relu: bool = False) -> Tensor:

@@ -26,7 +26,7 @@ Dropout = Callable[[Tensor, float, bool], Tensor]
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
     """x @ weight.T + bias, then a ReLU if asked: (..., D_in) -> (..., D_out)."""
     out = F.linear(x, weight, bias)
-    return F.relu(out) if relu else out
+    return torch.relu(out) if relu else out
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -48,6 +48,26 @@ def attention_mask(
         allowed = allowed.tril(diagonal=k_len - q_len)  # (Tq, Tk)
         mask = allowed[None, None] if mask is None else mask & allowed
     return mask
+
+
+def key_bias(key_mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """The key mask (B, Tk) as a term added to the logits, (B, 1, 1, Tk): 0 at keys that may be
+    attended to, -inf at the others. Made once, it serves every step of a decoding (a boolean
+    mask would become this float one inside every SDPA call)."""
+    bias = torch.zeros(key_mask.shape, dtype=dtype, device=key_mask.device)  # (B, Tk)
+    return bias.masked_fill_(key_mask.logical_not(), float("-inf"))[:, None, None, :]
+
+
+def topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest values of each row of x (N, V), largest first, and their indices (N, k)."""
+    values, indices = x.topk(k, dim=-1)
+    return values, indices
+
+
+def row_max(x: Tensor) -> tuple[Tensor, Tensor]:
+    """The largest value of each row of x (N, V) and its index, (N,) each."""
+    values, indices = x.max(dim=-1)
+    return values, indices
 
 
 def sdpa(

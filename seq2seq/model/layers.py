@@ -30,10 +30,11 @@ class LayerCache:
 
     Self-attention keys/values have one row per hypothesis (sentences x beams, sentence-major)
     and live in one buffer preallocated for `capacity` positions (doubled when a step goes past
-    it): a step writes one slice instead of concatenating the whole history, and a reorder
-    copies into a second buffer kept for that, so steps allocate no new memory.
-    Cross-attention keys/values are computed once per batch and have one row per sentence: the
-    hypotheses of a sentence share them (see `DecoderLayer`).
+    it): a step writes its keys and values in one copy instead of concatenating the whole
+    history, and a reorder copies into a second buffer kept for that, so steps allocate no new
+    memory. Cross-attention keys/values are computed once per batch and have one row per
+    sentence: the hypotheses of a sentence share them (see `DecoderLayer`); so does the
+    source's padding, kept as a bias on the logits (kernels.key_bias) made once.
     """
 
     def __init__(self, capacity: int = 0) -> None:
@@ -42,6 +43,7 @@ class LayerCache:
         self._spare: Tensor | None = None  # (2, >= N, H, capacity, Dh): reorder writes here
         self.cross_k: Tensor | None = None  # (B, H, S, Dh): encoder keys, computed once
         self.cross_v: Tensor | None = None  # (B, H, S, Dh)
+        self.cross_bias: Tensor | None = None  # (B, 1, 1, S): 0 at source tokens, -inf at pads
 
     @property
     def self_k(self) -> Tensor | None:
@@ -53,26 +55,29 @@ class LayerCache:
         """Values of the tokens decoded so far, (N, H, t, Dh)."""
         return None if self._kv is None else self._kv[1, :, :, : self.length]
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add the keys/values (N, H, t, Dh) of t new tokens; returns all of them so far."""
-        start, end = self.length, self.length + k.size(2)
-        kv = self._kv
-        if kv is None or end > kv.size(3):
-            kv = self._grow(k, end)
-        kv[0, :, :, start:end] = k
-        kv[1, :, :, start:end] = v
+    def append(self, kv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Add the keys and values kv (2, N, H, t, Dh) of t new tokens, in one copy. Returns the
+        new keys as they lie in the cache (N, H, t, Dh), to be rotated in place, and all the
+        keys and values so far (N, H, end, Dh) each."""
+        start, end = self.length, self.length + kv.size(3)
+        buf = self._kv
+        if buf is None or end > buf.size(3):
+            buf = self._grow(kv, end)
+        new = buf[:, :, :, start:end]  # (2, N, H, t, Dh)
+        new.copy_(kv)
         self.length = end
-        return kv[0, :, :, :end], kv[1, :, :, :end]  # (N, H, end, Dh) each
+        history = buf.narrow(3, 0, end)  # (2, N, H, end, Dh)
+        return new[0], history[0], history[1]
 
-    def _grow(self, k: Tensor, end: int) -> Tensor:
+    def _grow(self, kv: Tensor, end: int) -> Tensor:
         old = self._kv
         size = max(end, self.capacity, 0 if old is None else 2 * old.size(3))
-        n, h, _, dh = k.shape
-        kv = k.new_empty(2, n, h, size, dh)  # (2, N, H, size, Dh)
+        _, n, h, _, dh = kv.shape
+        buf = kv.new_empty(2, n, h, size, dh)  # (2, N, H, size, Dh)
         if old is not None:
-            kv[:, :, :, : self.length] = old[:, :, :, : self.length]
-        self._kv, self._spare = kv, None
-        return kv
+            buf[:, :, :, : self.length] = old[:, :, :, : self.length]
+        self._kv, self._spare = buf, None
+        return buf
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep the hypotheses `rows` (beam search continues some, several times or not at all)
@@ -88,6 +93,8 @@ class LayerCache:
         if sentences is not None and self.cross_k is not None and self.cross_v is not None:
             self.cross_k = self.cross_k.index_select(0, sentences)
             self.cross_v = self.cross_v.index_select(0, sentences)
+            if self.cross_bias is not None:
+                self.cross_bias = self.cross_bias.index_select(0, sentences)
 
 
 class MultiHeadAttention(nn.Module):
@@ -113,10 +120,16 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, -1, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
 
+    def kv_heads(self, x: Tensor) -> Tensor:
+        """Keys and values of `x` (B, T, D), split into heads, as one view (2, B, H, T, Dh)."""
+        b, t, _ = x.shape
+        kv: Tensor = self.kv_proj(x).view(b, t, 2, self.n_heads, self.head_dim)  # (B, T, 2, H, Dh)
+        return kv.permute(2, 0, 3, 1, 4)  # (2, B, H, T, Dh)
+
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of `x` (B, T, D), split into heads."""
-        k, v = self.kv_proj(x).chunk(2, dim=-1)  # (B, T, D) each
-        return self._heads(k), self._heads(v)  # (B, H, T, Dh) each
+        k, v = self.kv_heads(x).unbind(0)  # (B, H, T, Dh) each
+        return k, v
 
     def forward(
         self,
@@ -124,11 +137,13 @@ class MultiHeadAttention(nn.Module):
         kv: tuple[Tensor, Tensor] | None = None,
         key_mask: Tensor | None = None,
         offset: int = 0,
+        bias: Tensor | None = None,
     ) -> Tensor:
         """Attend from `x` (B, Tq, D) to keys/values `kv` (B, H, Tk, Dh), default: x itself.
 
         `offset` is the position of x's first token (tokens already in a decoding cache).
-        Self-attention callers pass `kv` already rotated when they cache it.
+        Self-attention callers pass `kv` already rotated when they cache it. `bias` (B|1, 1,
+        1, Tk): a term on the logits besides the encoding's (a cached source's padding).
         """
         q = self.pos.rotate(self._heads(self.q_proj(x)), offset)  # (B, H, Tq, Dh)
         if kv is None:
@@ -136,7 +151,7 @@ class MultiHeadAttention(nn.Module):
             k = self.pos.rotate(k, offset)  # (B, H, Tk, Dh)
         else:
             k, v = kv
-        out = self.attend(q, k, v, key_mask, offset)  # (B, H, Tq, Dh)
+        out = self.attend(q, k, v, key_mask, offset, bias)  # (B, H, Tq, Dh)
         b, _, t, _ = out.shape
         projected: Tensor = self.out_proj(out.transpose(1, 2).reshape(b, t, -1))  # (B, Tq, D)
         return projected
@@ -160,11 +175,20 @@ class MultiHeadAttention(nn.Module):
         return weights
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, offset: int
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_mask: Tensor | None,
+        offset: int,
+        extra: Tensor | None = None,
     ) -> Tensor:
         """q (B, H, Tq, Dh) over k, v (B, H, Tk, Dh) -> (B, H, Tq, Dh), with the positional
-        bias (and relative values) of queries that start at position `offset`."""
+        bias (and relative values) of queries that start at position `offset`, and the term
+        `extra` (B|1, 1, 1, Tk) on the logits."""
         bias = self.pos.bias(q, offset, k.size(-2))  # (B|1, H, Tq, Tk) or None
+        if extra is not None:
+            bias = extra if bias is None else bias + extra  # (B|1, H|1, Tq|1, Tk)
         values = partial(self.pos.values, q_offset=offset) if self.pos.needs_weights else None
         p = self.dropout if self.training else 0.0
         return kernels.attention(q, k, v, bias, key_mask, self.causal, p, values)
@@ -265,30 +289,49 @@ class DecoderLayer(nn.Module):
         if cache is None:
             kv = self.cross_attn.project_kv(memory)  # (B, H, S, Dh) each
             x = self.res_self(x, self.self_attn)
+            x = self.res_cross(x, self._cross_attention, kv, src_mask)
         else:
-            if cache.cross_k is None or cache.cross_v is None:  # contiguous: read every step
-                k, v = self.cross_attn.project_kv(memory)  # (B, H, S, Dh) each
-                cache.cross_k, cache.cross_v = k.contiguous(), v.contiguous()
-            kv = (cache.cross_k, cache.cross_v)
+            k, v, pads = self._cached_memory(memory, src_mask, cache)
             x = self.res_self(x, self._cached_self_attention, cache)
-        x = self.res_cross(x, self._cross_attention, kv, src_mask)
+            x = self.res_cross(x, self._cross_attention, (k, v), None, pads)
         out: Tensor = self.res_ffn(x, self.ffn)  # (N, T, D)
         return out
 
+    def _cached_memory(
+        self, memory: Tensor, src_mask: Tensor, cache: LayerCache
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The memory's keys and values (B, H, S, Dh) and its padding as a bias (B, 1, 1, S),
+        computed at the first step and read from the cache after that."""
+        if cache.cross_k is None or cache.cross_v is None or cache.cross_bias is None:
+            k, v = self.cross_attn.project_kv(memory)  # (B, H, S, Dh) each
+            cache.cross_k, cache.cross_v = k.contiguous(), v.contiguous()  # read every step
+            cache.cross_bias = kernels.key_bias(src_mask, k.dtype)  # (B, 1, 1, S)
+        return cache.cross_k, cache.cross_v, cache.cross_bias
+
     def _cached_self_attention(self, x: Tensor, cache: LayerCache) -> Tensor:
         attn, offset = self.self_attn, cache.length
-        k, v = attn.project_kv(x)  # (N, H, t, Dh) for the new tokens
-        k, v = cache.append(attn.pos.rotate(k, offset), v)  # (N, H, offset + t, Dh)
+        new_k, k, v = cache.append(attn.kv_heads(x))  # (N, H, t, Dh), (N, H, offset + t, Dh)
+        rotated = attn.pos.rotate(new_k, offset)  # the hook gives its input back if it does
+        if rotated is not new_k:  # nothing; else the rotated keys replace the cached ones
+            new_k.copy_(rotated)
         out: Tensor = attn(x, (k, v), None, offset)  # (N, t, D)
         return out
 
-    def _cross_attention(self, x: Tensor, kv: tuple[Tensor, Tensor], src_mask: Tensor) -> Tensor:
+    def _cross_attention(
+        self,
+        x: Tensor,
+        kv: tuple[Tensor, Tensor],
+        src_mask: Tensor | None,
+        pads: Tensor | None = None,
+    ) -> Tensor:
         """Rows of x (N, T, D) are G = N / B hypotheses per sentence, sentence-major (beam
         search). Cross-attention has no positional terms and no causal mask, so the hypotheses of
-        a sentence become G * T queries of one row: the memory is never repeated per beam."""
+        a sentence become G * T queries of one row: the memory is never repeated per beam. The
+        source's padding comes as src_mask (B, S) or, cached, as a bias `pads` (B, 1, 1, S)."""
         n, t, d = x.shape
         b = kv[0].size(0)
         if n % b:
             raise ValueError(f"{n} decoder rows do not split into hypotheses of {b} sentences")
-        out: Tensor = self.cross_attn(x.reshape(b, (n // b) * t, d), kv, src_mask)  # (B, G*T, D)
+        queries = x.reshape(b, (n // b) * t, d)  # (B, G*T, D)
+        out: Tensor = self.cross_attn(queries, kv, src_mask, bias=pads)  # (B, G*T, D)
         return out.view(n, t, d)

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.kernels import cpu, reference
+from seq2seq.kernels import cpu, onednn, reference
 from seq2seq.kernels.cpu import FAST_SOFTMAX_LEN, MATMUL_MAX_KEYS, _pad_keys, dropout
 
 Y, N = True, False
@@ -61,20 +61,142 @@ def test_bf16_attention_takes_matmuls(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    ("q_len", "masked", "matmuls"),
-    [(1, False, True), (1, True, False), (5, True, True), (8, False, True), (9, False, False)],
+    ("batch", "q_len", "masked", "matmuls"),
+    [
+        (16, 1, False, True),
+        (16, 1, True, False),
+        (16, 5, True, True),
+        (16, 8, False, True),
+        (16, 9, False, False),
+        (1, 1, False, False),
+        (1, 5, True, False),
+        (8, 1, False, False),
+    ],
 )
-def test_decoding_queries_choose_matmuls_or_sdpa(q_len: int, masked: bool, matmuls: bool) -> None:
-    """Without gradients: a few queries per row take matmuls, except a single query under a
-    padding mask; many queries take SDPA. Either way the result is SDPA's."""
+def test_decoding_queries_choose_matmuls_or_sdpa(
+    batch: int, q_len: int, masked: bool, matmuls: bool
+) -> None:
+    """Without gradients: in a batch, a few queries per row take matmuls, except a single query
+    under a padding mask; many queries take SDPA; so does one sentence alone (at most
+    FEW_QUERY_ROWS query rows in all). Either way the result is SDPA's."""
     with torch.no_grad():
-        q, k, v, key_mask = (t.detach() for t in qkv(12))
+        q, k, v = (torch.randn(batch, 4, 12, 8) for _ in range(3))
+        key_mask = torch.ones(batch, 12, dtype=torch.bool)
+        key_mask[0, 9:] = False
         q = q[:, :, :q_len]
         mask = reference.attention_mask(key_mask if masked else None, False, q_len, 12, q.device)
         assert cpu._matmul_attention(q, 12, mask) is matmuls
         want = reference.attention(q, k, v, None, key_mask if masked else None, False, 0.0, None)
         got = cpu.attention(q, k, v, None, key_mask if masked else None, False, 0.0, None)
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("batch", [1, 16], ids=["alone", "batch"])
+@pytest.mark.parametrize("q_len", [1, 5])
+def test_key_bias_attends_as_the_key_mask(batch: int, q_len: int) -> None:
+    """A key mask given once as a bias on the logits (kernels.key_bias, what a decoding cache
+    keeps) attends exactly as the mask, in both kernels: 0 at real keys, -inf at padding."""
+    q, k, v = (torch.randn(batch, 4, n, 8) for n in (q_len, 12, 12))
+    key_mask = torch.ones(batch, 12, dtype=torch.bool)
+    key_mask[0, 7:] = False
+    bias = reference.key_bias(key_mask, q.dtype)
+    assert bias.shape == (batch, 1, 1, 12)
+    assert bias[0, 0, 0].tolist() == [0.0] * 7 + [float("-inf")] * 5
+    with torch.no_grad():
+        want = reference.attention(q, k, v, None, key_mask, False, 0.0, None)
+        for attention in (reference.attention, cpu.attention):
+            got = attention(q, k, v, bias, None, False, 0.0, None)
+            torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("rows", [1, 8, 9, 64])
+def test_small_products_without_gradients_take_f_linear(
+    rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decoding products of at most SMALL_ROWS rows go to F.linear, larger ones and any product
+    that needs a gradient to oneDNN; the results are F.linear's (a ReLU fused or not)."""
+    if not onednn.ENABLED:
+        pytest.skip("this torch build has no oneDNN ops")
+    calls: list[int] = []
+    real = onednn.linear
+    monkeypatch.setattr(onednn, "linear", lambda *a: calls.append(1) or real(*a))
+    x, w, b = torch.randn(rows, 16), torch.randn(24, 16), torch.randn(24)
+    with torch.inference_mode():
+        got = cpu.linear(x, w, b, relu=True)
+    torch.testing.assert_close(got, F.relu(F.linear(x, w, b)))
+    assert len(calls) == (1 if rows > cpu.SMALL_ROWS else 0)
+    cpu.linear(x, w.requires_grad_(), b)  # training: oneDNN whatever the size
+    assert len(calls) == (2 if rows > cpu.SMALL_ROWS else 1)
+
+
+# --------------------------------------------------------------------------- top-k, row max
+
+
+def rows_with_padding(n: int, v: int, seed: int) -> torch.Tensor:
+    """Log-probability-like rows (N, V): random, two -inf columns (PAD, BOS), one row whose
+    largest values all sit in one block and one whose largest is in the last elements."""
+    x = torch.randn(n, v, generator=torch.Generator().manual_seed(seed)).log_softmax(-1)
+    x[:, :2] = float("-inf")
+    x[0, 3 * cpu.BLOCK : 3 * cpu.BLOCK + 12] += 50.0  # the 12 largest in block 3
+    x[-1, -1] += 60.0  # the largest in the last (maybe partial) block
+    return x
+
+
+@pytest.mark.parametrize("v", [2560, 3000, 8000], ids=lambda v: f"V{v}")
+@pytest.mark.parametrize("k", [1, 2, 10])
+def test_blocked_topk_equals_torch_topk(k: int, v: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Block by block (forced here on small inputs), the k largest values of each row and
+    their indices are torch.topk's, whole blocks or a partial last one."""
+    monkeypatch.setattr(cpu, "BLOCKED_MIN_ELEMENTS", 0)
+    x = rows_with_padding(6, v, seed=k)
+    blocked = []
+    monkeypatch.setattr(cpu, "_blocked_topk", spy(cpu._blocked_topk, blocked))
+    values, indices = cpu.topk(x, k)
+    want_values, want_indices = x.topk(k, dim=-1)
+    assert blocked  # the blocked path ran
+    assert torch.equal(values, want_values)
+    assert torch.equal(indices, want_indices)
+    best, where = cpu.row_max(x)
+    assert torch.equal(best, x.max(-1).values)
+    assert torch.equal(where, x.max(-1).indices)
+
+
+def test_blocked_topk_keeps_ties_and_minus_infinity_consistent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows of tied or -inf values (a beam at its length limit: only EOS is finite): the
+    values are torch.topk's and every index is distinct and points at its value."""
+    monkeypatch.setattr(cpu, "BLOCKED_MIN_ELEMENTS", 0)
+    x = torch.full((3, 3000), float("-inf"))
+    x[0, 2] = -0.5  # one finite value
+    x[1] = 0.0  # all tied
+    x[2, ::7] = 1.0  # many tied maxima
+    values, indices = cpu.topk(x, 10)
+    assert torch.equal(values, x.topk(10, dim=-1).values)
+    assert torch.equal(x.gather(1, indices), values)
+    assert all(len(set(row)) == 10 for row in indices.tolist())
+
+
+def test_short_rows_keep_torch_topk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below BLOCKED_MIN_ELEMENTS elements, or rows too short for k blocks, torch.topk and
+    Tensor.max run as they are."""
+    blocked: list[int] = []
+    monkeypatch.setattr(cpu, "_blocked_topk", spy(cpu._blocked_topk, blocked))
+    cpu.topk(torch.randn(1, 8000), 10)  # one sentence's row
+    cpu.row_max(torch.randn(1, 8000))
+    cpu.topk(torch.randn(200, 1000), 10)  # 15 blocks: too few for 10 with a 4x margin
+    assert not blocked
+    cpu.topk(torch.randn(16, 8000), 10)
+    cpu.row_max(torch.randn(16, 8000))
+    assert len(blocked) == 2
+
+
+def spy(fn: object, calls: list[int]) -> object:
+    def wrapped(*args: object) -> object:
+        calls.append(1)
+        return fn(*args)  # type: ignore[operator]
+
+    return wrapped
 
 
 def test_pad_keys_hides_the_padding() -> None:

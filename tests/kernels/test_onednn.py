@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.kernels import onednn
+from seq2seq.kernels import cpu, onednn
 from seq2seq.model.layers import Linear
 
 pytestmark = pytest.mark.skipif(not onednn.ENABLED, reason="this torch build has no oneDNN ops")
@@ -102,11 +102,12 @@ def test_layers_linear_trains_on_onednn_in_float32_only(monkeypatch: pytest.Monk
 
 
 def test_linear_decoding_path_matches_f_linear_and_follows_weight_updates() -> None:
-    """Without autograd, Linear may run on oneDNN with a cached packed weight: same results as
-    F.linear, also after an in-place update of the weight (its version moves), and training
-    still gets gradients."""
+    """Without autograd, Linear may run on oneDNN with a cached packed weight (more rows than
+    cpu.SMALL_ROWS): same results as F.linear, also after an in-place update of the weight (its
+    version moves), and training still gets gradients."""
     torch.manual_seed(0)
-    layer, x = Linear(16, 8), torch.randn(3, 2, 16)
+    layer, x = Linear(16, 8), torch.randn(5, 4, 16)
+    assert x.numel() // 16 > cpu.SMALL_ROWS  # rows
     with torch.inference_mode():
         got = layer(x, relu=True)
     torch.testing.assert_close(got, F.relu(F.linear(x, layer.weight, layer.bias)))
@@ -135,7 +136,7 @@ class _SilentStep(torch.optim.Optimizer):
 def test_any_optimizer_step_drops_the_packed_weights_it_stepped() -> None:
     """A packed copy outlives no optimizer step, even one that leaves the weight's version as
     it was; weights the step did not touch keep theirs."""
-    layer, other, x = Linear(16, 8), Linear(16, 8), torch.randn(3, 16)
+    layer, other, x = Linear(16, 8), Linear(16, 8), torch.randn(12, 16)  # > cpu.SMALL_ROWS
     with torch.no_grad():
         layer(x), other(x)
         assert layer.weight in onednn._PACKED

@@ -210,7 +210,7 @@ def filled_cache(rows: int, steps: int, capacity: int = 0) -> LayerCache:
     cache = LayerCache(capacity)
     for t in range(steps):
         k = (10.0 * torch.arange(rows) + t).view(rows, 1, 1, 1)  # (N, H=1, 1, Dh=1)
-        cache.append(k, -k)
+        cache.append(torch.stack((k, -k)))  # (2, N, H, 1, Dh)
     return cache
 
 
@@ -227,9 +227,13 @@ def test_layer_cache_append_keeps_every_step(capacity: int) -> None:
 
 def test_layer_cache_append_returns_the_whole_history() -> None:
     cache = filled_cache(rows=1, steps=2, capacity=4)
-    k, v = cache.append(torch.full((1, 1, 2, 1), 7.0), torch.zeros(1, 1, 2, 1))
+    new = torch.stack((torch.full((1, 1, 2, 1), 7.0), torch.zeros(1, 1, 2, 1)))
+    new_k, k, v = cache.append(new)
     assert k.flatten().tolist() == [0.0, 1.0, 7.0, 7.0]
-    assert v.shape == (1, 1, 4, 1)
+    assert v.flatten().tolist() == [0.0, -1.0, 0.0, 0.0]
+    new_k.mul_(2)  # the new keys are the cache's own: rotated in place there
+    assert cache.self_k is not None
+    assert cache.self_k.flatten().tolist() == [0.0, 1.0, 14.0, 14.0]
 
 
 def test_layer_cache_reorder_rows_and_sentences() -> None:
@@ -238,6 +242,7 @@ def test_layer_cache_reorder_rows_and_sentences() -> None:
     cache = filled_cache(rows=3, steps=2, capacity=4)
     cache.cross_k = torch.arange(2.0).view(2, 1, 1, 1) * 100  # 2 sentences
     cache.cross_v = -cache.cross_k
+    cache.cross_bias = torch.tensor([[0.0, -math.inf], [0.0, 0.0]])[:, None, None, :]
     cache.reorder(torch.tensor([2, 2, 0]))
     assert cache.self_k is not None
     assert cache.cross_k is not None
@@ -247,7 +252,9 @@ def test_layer_cache_reorder_rows_and_sentences() -> None:
     assert cache.cross_k.flatten().tolist() == [100.0]
     assert cache.cross_v is not None
     assert cache.cross_v.flatten().tolist() == [-100.0]
-    cache.append(torch.full((1, 1, 1, 1), 5.0), torch.zeros(1, 1, 1, 1))
+    assert cache.cross_bias is not None
+    assert cache.cross_bias.flatten().tolist() == [0.0, 0.0]
+    cache.append(torch.stack((torch.full((1, 1, 1, 1), 5.0), torch.zeros(1, 1, 1, 1))))
     assert cache.self_k.flatten().tolist() == [20.0, 21.0, 5.0]
 
 
