@@ -42,15 +42,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -
     side makes more dispatcher calls (t, addmm and their views); benchmarks/decode_ops.py
     --set SMALL_ROWS=0 counts both ways. Other dtypes and autocast keep F.linear.
     """
-    if x.numel() <= SMALL_ROWS * weight.size(1) and not _needs_grad(x, weight):
+    grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    if not grad and x.numel() <= SMALL_ROWS * weight.size(1):
         return reference.linear(x, weight, bias, relu)
     if onednn.usable(x, weight):
         return onednn.linear(x, weight, bias, relu)
     return reference.linear(x, weight, bias, relu)
-
-
-def _needs_grad(x: Tensor, weight: Tensor) -> bool:
-    return torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -160,7 +157,7 @@ def _blocked_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     candidates only."""
     n, v = x.shape
     full = v // BLOCK * BLOCK
-    maxima = x[:, :full].view(n, full // BLOCK, BLOCK).amax(-1)  # (N, blocks)
+    maxima = x[:, :full].reshape(n, full // BLOCK, BLOCK).amax(-1)  # (N, blocks)
     blocks = maxima.topk(k, dim=-1).indices  # (N, k)
     offsets = torch.arange(BLOCK, device=x.device)  # (BLOCK,)
     index = (blocks[:, :, None] * BLOCK + offsets).view(n, k * BLOCK)  # (N, k*BLOCK)
