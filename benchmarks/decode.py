@@ -13,9 +13,12 @@ beam 5, each with the output forced to 32 tokens (EOS masked until then) and at 
 (at most 64 tokens; the share of outputs that reach that cap is reported, and the run stops with
 an error when ours exceeds 10% in a natural mode: the model would not be ending its sentences).
 Every (engine, mode) runs in its own process; the repeats alternate between engines; in the
-greedy forced mode each engine also times one sentence decoded alone. Medians go to
-benchmarks/results/decode.json and docs/BENCHMARKS.md; our speed ratio is given against every
-engine, and against the faster of HF's two attention implementations.
+greedy forced mode each engine also times one sentence decoded alone. CTranslate2 runs twice,
+with CT2_USE_MKL=0 (oneDNN) and =1 (MKL), its two documented CPU backends (unset, it takes MKL
+on Intel CPUs only, where oneDNN can be far faster): both are reported and the faster is
+CTranslate2's figure. Medians go to benchmarks/results/decode.json and docs/BENCHMARKS.md; our
+speed ratio is given against every engine, against the faster of HF's two attention
+implementations, and against CTranslate2's figure.
 
 Internally, `--worker ENGINE MODE INPUTS` runs one engine in one mode and prints JSON; that path
 imports neither seq2seq nor torch for the CTranslate2 engines (tests/benchmarks/test_benchmarks.py).
@@ -37,6 +40,8 @@ from decode_engines import ENGINES, LIMIT, MODES, Inputs, runner
 HERE = Path(__file__).resolve().parent
 ENGINE_NAMES = list(ENGINES)
 HF_ENGINES = ("hf_sdpa", "hf_eager")
+CT2_ENGINES = ("ct2_float32", "ct2_int8")
+CT2_BACKENDS = ("0", "1")  # CT2_USE_MKL: 0 oneDNN, 1 MKL
 MAX_CAP_SHARE = 0.10  # natural modes: most of our outputs that may stop at the length cap
 
 
@@ -52,18 +57,39 @@ def worker(engine: str, mode: str, inputs_path: str, profile: bool) -> None:
     print(json.dumps({**result, "peak_rss_mb": peak_rss_mb()}))
 
 
-def spawn(engine: str, mode: str, inputs_path: Path, threads: int, profile: bool = False) -> dict:
-    """One worker process; threads pinned through the environment as well."""
+def expand_runs(engines: list[str]) -> list[str]:
+    """The runs of `engines`: a CTranslate2 engine once per CT2_USE_MKL value
+    ('ct2_float32_mkl0', 'ct2_float32_mkl1'), the others once."""
+    return [
+        run
+        for e in engines
+        for run in ([f"{e}_mkl{b}" for b in CT2_BACKENDS] if e in CT2_ENGINES else [e])
+    ]
+
+
+def split_run(run: str) -> tuple[str, str | None]:
+    """'ct2_int8_mkl1' -> ('ct2_int8', '1'); 'hf_sdpa' -> ('hf_sdpa', None)."""
+    engine, _, backend = run.partition("_mkl")
+    return engine, backend or None
+
+
+def spawn(run: str, mode: str, inputs_path: Path, threads: int, profile: bool = False) -> dict:
+    """One worker process; threads pinned through the environment as well; CT2_USE_MKL as the
+    run says (unset for the other engines)."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
         "TOKENIZERS_PARALLELISM": "false",
     }
+    env.pop("CT2_USE_MKL", None)
+    engine, backend = split_run(run)
+    if backend is not None:
+        env["CT2_USE_MKL"] = backend
     if engine != "ours":  # as users run them: oneDNN's default caches (ours: setup_process)
         env.update(ONEDNN_DEFAULT_CACHES)
     cmd = [sys.executable, __file__, "--worker", engine, mode, str(inputs_path)]
-    return run_json(cmd + (["--profile"] if profile else []), env, f"{engine} {mode}")
+    return run_json(cmd + (["--profile"] if profile else []), env, f"{run} {mode}")
 
 
 def prepare_inputs(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
@@ -115,16 +141,18 @@ def prepare_inputs(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
 
 
 def measure(args: argparse.Namespace, inputs_path: Path) -> dict[str, dict[str, list[dict]]]:
-    """runs[mode][engine]: one result per repeat; engines alternate inside every repeat."""
-    runs: dict[str, dict[str, list[dict]]] = {m: {e: [] for e in args.engines} for m in args.modes}
+    """runs[mode][run]: one result per repeat; runs alternate inside every repeat (a
+    CTranslate2 engine is two runs, see `expand_runs`)."""
+    names = expand_runs(args.engines)
+    runs: dict[str, dict[str, list[dict]]] = {m: {e: [] for e in names} for m in args.modes}
     for rep in range(args.repeats):
-        order = args.engines[rep % len(args.engines) :] + args.engines[: rep % len(args.engines)]
+        order = names[rep % len(names) :] + names[: rep % len(names)]
         for mode in args.modes:
-            for engine in order:
-                result = spawn(engine, mode, inputs_path, args.threads)
-                runs[mode][engine].append(result)
+            for run in order:
+                result = spawn(run, mode, inputs_path, args.threads)
+                runs[mode][run].append(result)
                 print(
-                    f"repeat {rep + 1} {mode:15s} {engine:12s} "
+                    f"repeat {rep + 1} {mode:15s} {run:16s} "
                     f"{args.sentences / result['seconds']:7.1f} sent/s",
                     flush=True,
                 )
@@ -188,6 +216,23 @@ def versus_faster_hf(table: dict[str, dict]) -> dict[str, dict[str, Any]]:
     return faster
 
 
+def ct2_figures(table: dict[str, dict]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per mode and CTranslate2 engine: the faster of its CT2_USE_MKL runs (CTranslate2's
+    figure), the setting it took, and our speed ratio to it (above 1: ours is faster)."""
+    figures: dict[str, dict[str, dict[str, Any]]] = {}
+    for mode, engines in table.items():
+        for engine in CT2_ENGINES:
+            runs = [r for r in engines if split_run(r)[0] == engine]
+            if runs and "ours" in engines:
+                best = max(runs, key=lambda r: engines[r]["sent_per_s"])
+                figures.setdefault(mode, {})[engine] = {
+                    "ct2_use_mkl": split_run(best)[1],
+                    "sent_per_s": engines[best]["sent_per_s"],
+                    "ours_speedup": engines[best]["ours_speedup"],
+                }
+    return figures
+
+
 def check_natural_lengths(table: dict[str, dict]) -> None:
     """Stop when our model runs into the length cap in a natural mode: it would not be ending
     its own sentences, and the natural modes would time forced lengths."""
@@ -240,6 +285,7 @@ def main() -> None:
             "setup": setup,
             "results": table,
             "faster_hf": versus_faster_hf(table),
+            "ct2": ct2_figures(table),
             "profile": profile,
         },
         write=not args.no_doc,

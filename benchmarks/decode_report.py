@@ -17,6 +17,18 @@ LABELS = {
     "ct2_int8": "CTranslate2 int8",
 }
 FLOAT32 = ("hf_sdpa", "hf_eager", "ct2_float32")  # the engines that compute ours in float32
+
+
+def label(run: str) -> str:
+    """An engine's label; a CTranslate2 run's with its CT2_USE_MKL ('ct2_int8_mkl0')."""
+    engine, _, backend = run.partition("_mkl")
+    return LABELS[engine] + (f" (CT2_USE_MKL={backend})" if backend else "")
+
+
+def engine_of(run: str) -> str:
+    return run.partition("_mkl")[0]
+
+
 METHOD = f"""\
 All engines decode the same function: the product's exporters
 (seq2seq/export/huggingface.py, seq2seq/export/ctranslate2.py) copy our weights into a Hugging
@@ -44,7 +56,7 @@ def markdown(result: dict[str, Any]) -> str:
         for engine, row in engines.items():
             same, half = row["same_output_as_ours"], row["same_first_half_as_ours"]
             lines.append(
-                f"| {mode} | {LABELS[engine]} | {row['sent_per_s']:.1f} | "
+                f"| {mode} | {label(engine)} | {row['sent_per_s']:.1f} | "
                 f"{row['tokens_per_s']:.0f} | {row['tokens_per_sentence']:.1f} | "
                 f"{row['at_cap']:.0%} | {row['peak_rss_mb']:.0f} MB | {_share(same)} | "
                 f"{_share(half)} | {_ratio(row.get('ours_speedup'))} |"
@@ -53,6 +65,7 @@ def markdown(result: dict[str, Any]) -> str:
         logits_sentence(result["setup"]["logits"]),
         agreement_sentence(result["results"]),
         faster_hf_sentence(result["faster_hf"]),
+        ct2_sentence(result.get("ct2", {})),
         alone_sentence(result["results"]),
         profile_sentence(result["profile"]),
     ]
@@ -73,7 +86,7 @@ def agreement_sentence(table: dict[str, dict]) -> str:
     """Per mode, the range of 'same output' (and 'same 1st half') over the float32 engines."""
     parts = []
     for mode, engines in table.items():
-        rows = [engines[e] for e in FLOAT32 if e in engines]
+        rows = [row for e, row in engines.items() if engine_of(e) in FLOAT32]
         if not rows or rows[0]["same_output_as_ours"] is None:
             continue
         same = _span([r["same_output_as_ours"] for r in rows])
@@ -93,11 +106,28 @@ def faster_hf_sentence(faster: dict[str, dict[str, Any]]) -> str:
     return "Ours over the faster HF attention: " + ", ".join(parts) + "."
 
 
+def ct2_sentence(figures: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """CTranslate2's figure per mode: the faster of its CT2_USE_MKL runs, and ours over it."""
+    parts = [
+        f"{mode} {LABELS[engine]} {f['sent_per_s']:.1f} sent/s with CT2_USE_MKL="
+        f"{f['ct2_use_mkl']} (ours {f['ours_speedup']:.2f}x)"
+        for mode, engines in figures.items()
+        for engine, f in engines.items()
+    ]
+    if not parts:
+        return ""
+    return (
+        "CTranslate2 ran with CT2_USE_MKL=0 (oneDNN) and =1 (MKL); its figure is the faster: "
+        + "; ".join(parts)
+        + "."
+    )
+
+
 def alone_sentence(table: dict[str, dict]) -> str:
     """The one-sentence step times measured in the greedy forced mode."""
     engines = table.get("greedy_forced", {})
     parts = [
-        f"{LABELS[e]} {row['alone_step_ms']:.2f} ms"
+        f"{label(e)} {row['alone_step_ms']:.2f} ms"
         for e, row in engines.items()
         if row["alone_step_ms"] is not None
     ]

@@ -1,19 +1,24 @@
 """Deployment speed: a trained checkpoint exported by seq2seq-export to CTranslate2 (float32 and
-int8), against our own beam search, text in and text out, on the same sentences.
+int8), against our own searches, text in and text out, on the same sentences.
 
     python benchmarks/export_speed.py --ckpt RUN/checkpoints/average.pt [--split test_2016_flickr]
-        [--sentences 1000] [--repeats 3] [--threads 2] [--data DIR]
+        [--sentences 1000] [--repeats 3] [--threads 2] [--data DIR] [--searches beam5 greedy]
 
 1. Exports the checkpoint with the product's exporter (seq2seq.export.writer.export_checkpoint)
    in float32 and int8;
    each export's self-check (greedy agreement with ours on the validation split, BLEU of both)
    is recorded.
-2. Decodes the first --sentences lines of --split with beam 5 in each engine, each in its own
-   process, the repeats alternating the order: ours (seq2seq.Translator, the checkpoint's length
-   penalty), CTranslate2 float32 and int8 (SentencePiece in, translate_batch, SentencePiece out;
-   the same beam, batch size and length penalty). Sentences/s is the mean ± std over repeats.
-3. Checks the premise before any ratio: the share of the float32 export's beam outputs that are
-   identical to ours, and the BLEU of every engine's outputs against the references.
+2. Decodes the first --sentences lines of --split with beam 5 and greedily in each engine, each
+   run in its own process, the repeats alternating the order: ours (seq2seq.Translator, the
+   checkpoint's length penalty), CTranslate2 float32 and int8 (SentencePiece in,
+   translate_batch, SentencePiece out; the same beam, batch size and length penalty).
+   CTranslate2 runs twice per compute type, with CT2_USE_MKL=0 (oneDNN) and =1 (MKL): unset,
+   it takes MKL on Intel CPUs only, and oneDNN can be much the faster there (issue #29: 371
+   against 162 sentences/s on an AMX Xeon). Both are reported, and the faster is CTranslate2's
+   figure, the one our ratio is taken against, with the setting it needed. Sentences/s is the
+   mean ± std over repeats.
+3. Checks the premise before any ratio: the share of each export's outputs that are identical
+   to ours, and the BLEU of every engine's outputs against the references.
 Writes benchmarks/results/export_speed.json and the docs/BENCHMARKS.md section `export_speed`.
 The CTranslate2 worker never imports torch (its OpenMP runtime would slow CTranslate2 down).
 """
@@ -32,18 +37,30 @@ from typing import Any
 from common import multi30k_root, peak_rss_mb, run_json, split_file, update_doc, write_json
 
 HERE = Path(__file__).resolve().parent
-BEAM = 5
+SEARCHES = {"beam5": 5, "greedy": 1}  # beam size of each search
 BATCH = 64  # sentences a batch, every engine
 ENGINES = ("ours", "ct2_float32", "ct2_int8")
-# CTranslate2's GEMM backend choice: unset, it takes MKL on Intel CPUs only (its backend.cc)
-CT2_USE_MKL = os.environ.get("CT2_USE_MKL", "unset")
+# CTranslate2's GEMM backend, CT2_USE_MKL: 0 oneDNN, 1 MKL; unset, it takes MKL on Intel CPUs
+# only (its backend.cc). Every CTranslate2 engine runs with each, in a process of its own.
+CT2_BACKENDS = ("0", "1")
+RUNS = ("ours", *(f"{e}_mkl{b}" for e in ENGINES[1:] for b in CT2_BACKENDS))
 
 
-def worker(engine: str, inputs_path: str) -> None:
+def split_run(run: str) -> tuple[str, str | None]:
+    """'ct2_float32_mkl0' -> ('ct2_float32', '0'); 'ours' -> ('ours', None)."""
+    engine, _, backend = run.partition("_mkl")
+    return engine, backend or None
+
+
+def worker(run: str, search: str, inputs_path: str) -> None:
     """Decode the inputs once after a warm-up batch; print outputs and seconds as JSON."""
     inputs = json.loads(Path(inputs_path).read_text())
-    texts, threads = inputs["texts"], inputs["threads"]
-    decode = ours_decoder(inputs) if engine == "ours" else ct2_decoder(inputs, engine, threads)
+    texts, threads, beam = inputs["texts"], inputs["threads"], SEARCHES[search]
+    engine, _ = split_run(run)
+    if engine == "ours":
+        decode = ours_decoder(inputs, beam)
+    else:
+        decode = ct2_decoder(inputs, engine, threads, beam)
     decode(texts[:BATCH])  # warm-up
     start = time.perf_counter()
     out = decode(texts)
@@ -51,17 +68,20 @@ def worker(engine: str, inputs_path: str) -> None:
     print(json.dumps({"outputs": out, "seconds": seconds, "peak_rss_mb": peak_rss_mb()}))
 
 
-def ours_decoder(inputs: dict[str, Any]) -> Any:
+def ours_decoder(inputs: dict[str, Any], beam: int) -> Any:
     import torch
 
     from seq2seq.decode.translator import Translator
 
     torch.set_num_threads(inputs["threads"])
     translator = Translator.from_checkpoint(inputs["ckpt"], device="cpu")
-    return lambda texts: translator.translate(texts, beam_size=BEAM, batch_size=BATCH)
+    method = "beam" if beam > 1 else "greedy"
+    return lambda texts: translator.translate(
+        texts, method=method, beam_size=beam, batch_size=BATCH
+    )
 
 
-def ct2_decoder(inputs: dict[str, Any], engine: str, threads: int) -> Any:
+def ct2_decoder(inputs: dict[str, Any], engine: str, threads: int, beam: int) -> Any:
     import ctranslate2
     import sentencepiece as spm
 
@@ -76,7 +96,7 @@ def ct2_decoder(inputs: dict[str, Any], engine: str, threads: int) -> Any:
         results = translator.translate_batch(
             src.encode(texts, out_type=str),
             max_batch_size=BATCH,
-            beam_size=BEAM,
+            beam_size=beam,
             length_penalty=inputs["length_penalty"],
             max_decoding_length=inputs["max_decoding_length"],
             suppress_sequences=[["<pad>"], ["<s>"]],
@@ -131,26 +151,50 @@ def inputs_for(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
-def measure(args: argparse.Namespace, inputs_path: Path) -> dict[str, list[dict]]:
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
-    runs: dict[str, list[dict]] = {e: [] for e in ENGINES}
+def run_env(run: str, threads: int) -> dict[str, str]:
+    """The worker's environment: threads pinned; CT2_USE_MKL as the run says (ours: unset)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env.pop("CT2_USE_MKL", None)
+    backend = split_run(run)[1]
+    if backend is not None:
+        env["CT2_USE_MKL"] = backend
+    return env
+
+
+def measure(args: argparse.Namespace, inputs_path: Path) -> dict[str, dict[str, list[dict]]]:
+    """runs[search][run]: one result per repeat (a run that failed: its error, once)."""
+    runs: dict[str, dict[str, list[dict]]] = {s: {r: [] for r in RUNS} for s in args.searches}
     for rep in range(args.repeats):
-        order = ENGINES[rep % len(ENGINES) :] + ENGINES[: rep % len(ENGINES)]
-        for engine in order:
-            cmd = [sys.executable, __file__, "--worker", engine, str(inputs_path)]
-            result = run_json(cmd, env, engine)
-            runs[engine].append(result)
-            rate = args.sentences / result["seconds"]
-            print(f"repeat {rep + 1} {engine:12s} {rate:7.1f} sent/s", flush=True)
+        order = RUNS[rep % len(RUNS) :] + RUNS[: rep % len(RUNS)]
+        for search in args.searches:
+            for run in order:
+                done = runs[search][run]
+                if done and "error" in done[0]:
+                    continue  # e.g. a CTranslate2 build without MKL
+                cmd = [sys.executable, __file__, "--worker", run, search, str(inputs_path)]
+                try:
+                    result = run_json(cmd, run_env(run, args.threads), f"{run} {search}")
+                except RuntimeError as err:
+                    done.append({"error": str(err)[-500:]})
+                    print(f"repeat {rep + 1} {search} {run}: failed", flush=True)
+                    continue
+                done.append(result)
+                rate = args.sentences / result["seconds"]
+                print(f"repeat {rep + 1} {search:6s} {run:18s} {rate:7.1f} sent/s", flush=True)
     return runs
 
 
 def summarize(runs: dict[str, list[dict]], refs: list[str], n: int) -> dict[str, Any]:
+    """Per run of one search: speed over the repeats, BLEU, agreement with ours; a failed run:
+    its error."""
     import sacrebleu
 
     ours = runs["ours"][0]["outputs"]
     out: dict[str, Any] = {}
     for engine, results in runs.items():
+        if results and "error" in results[0]:
+            out[engine] = {"error": results[0]["error"]}
+            continue
         rates = [n / r["seconds"] for r in results]
         hyps = results[0]["outputs"]
         out[engine] = {
@@ -165,21 +209,57 @@ def summarize(runs: dict[str, list[dict]], refs: list[str], n: int) -> dict[str,
     return out
 
 
-def report(args: argparse.Namespace, summary: dict[str, Any], checks: dict[str, Any]) -> str:
-    n, ours = args.sentences, summary["ours"]
+def ct2_figures(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per CTranslate2 engine of one search: the faster of its CT2_USE_MKL runs (CTranslate2's
+    figure), the setting it took, and ours over it (above 1: ours is faster)."""
+    ours = summary["ours"]["mean"]
+    figures = {}
+    for engine in ENGINES[1:]:
+        done = {b: summary[f"{engine}_mkl{b}"] for b in CT2_BACKENDS}
+        done = {b: s for b, s in done.items() if "error" not in s}
+        if done:
+            best = max(done, key=lambda b: done[b]["mean"])
+            mean = done[best]["mean"]
+            figures[engine] = {"ct2_use_mkl": best, "mean": mean, "ours_over_ct2": ours / mean}
+    return figures
+
+
+def table(summary: dict[str, Any], n: int) -> list[str]:
+    """One search's rows: every run, CTranslate2 with each CT2_USE_MKL."""
+    ours = summary["ours"]["mean"]
     lines = [
-        f"Checkpoint `{args.ckpt}`; the first {n} sentences of {args.split}; beam {BEAM}, "
-        f"batches of {BATCH} sentences, {args.threads} threads, {args.repeats} repeats "
-        f"(mean ± std); text in, text out; CT2_USE_MKL={CT2_USE_MKL}.",
-        "",
-        "| engine | sentences/s | vs ours | BLEU | outputs identical to ours | peak RSS MB |",
-        "|---|---|---|---|---|---|",
+        "| engine | CT2_USE_MKL | sentences/s | ours / engine | BLEU | identical to ours "
+        "| peak RSS MB |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for engine, s in summary.items():
+    for run, s in summary.items():
+        engine, backend = split_run(run)
+        if "error" in s:
+            lines.append(f"| {engine} | {backend} | failed | - | - | - | - |")
+            continue
         lines.append(
-            f"| {engine} | {s['mean']:.1f} ± {s['std']:.1f} | {s['mean'] / ours['mean']:.2f}x | "
-            f"{s['bleu']:.2f} | {s['identical_to_ours']}/{n} | {s['peak_rss_mb']:.0f} |"
+            f"| {engine} | {backend or '-'} | {s['mean']:.1f} ± {s['std']:.1f} | "
+            f"{ours / s['mean']:.2f} | {s['bleu']:.2f} | {s['identical_to_ours']}/{n} | "
+            f"{s['peak_rss_mb']:.0f} |"
         )
+    return lines
+
+
+def report(args: argparse.Namespace, result: dict[str, Any], checks: dict[str, Any]) -> str:
+    n = args.sentences
+    lines = [
+        f"Checkpoint `{args.ckpt}`; the first {n} sentences of {args.split}; batches of {BATCH} "
+        f"sentences, {args.threads} threads, {args.repeats} repeats (mean ± std); text in, text "
+        "out. CTranslate2 runs with CT2_USE_MKL=0 (oneDNN) and =1 (MKL), each in its own "
+        "process; its figure is the faster of the two.",
+    ]
+    for search, summary in result["summary"].items():
+        lines += ["", f"**{search}**", "", *table(summary, n), ""]
+        for engine, f in result["ct2"][search].items():
+            lines.append(
+                f"- {engine}: CTranslate2's figure {f['mean']:.1f} sentences/s "
+                f"(CT2_USE_MKL={f['ct2_use_mkl']}); ours / CTranslate2 {f['ours_over_ct2']:.2f}"
+            )
     lines += ["", "Export self-checks (greedy, the checkpoint's validation split):", ""]
     for q, c in checks.items():
         if c is not None:
@@ -199,7 +279,7 @@ def sha256_file(path: Path) -> str:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker(sys.argv[2], sys.argv[3])
+        worker(sys.argv[2], sys.argv[3], sys.argv[4])
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ckpt", type=Path, required=True)
@@ -210,6 +290,7 @@ def main() -> None:
     p.add_argument("--data", default=None, help="Multi30k folder (default: common.multi30k_root)")
     p.add_argument("--work", type=Path, default=Path(".cache/export_speed"))
     p.add_argument("--check-lines", type=int, default=1000, help="the exports' self-checks")
+    p.add_argument("--searches", nargs="+", default=list(SEARCHES), choices=list(SEARCHES))
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     checks = export_both(args.ckpt, args.work, multi30k_root(args.data), args.check_lines)
@@ -218,18 +299,18 @@ def main() -> None:
     path = args.work / "inputs.json"
     path.write_text(json.dumps(inputs))
     runs = measure(args, path)
-    summary = summarize(runs, inputs["refs"], args.sentences)
+    summary = {s: summarize(r, inputs["refs"], args.sentences) for s, r in runs.items()}
+    result = {"summary": summary, "ct2": {s: ct2_figures(v) for s, v in summary.items()}}
     write_json(
         "export_speed",
         {
-            "summary": summary,
+            **result,
             "checks": checks,
             "decode": inputs["decode"],
-            "ct2_use_mkl": CT2_USE_MKL,
             "checkpoint_sha256": sha256_file(args.ckpt),
         },
     )
-    body = report(args, summary, checks)
+    body = report(args, result, checks)
     update_doc("export_speed", "Deployment: CTranslate2 exports vs our beam search", body)
     print(body)
 

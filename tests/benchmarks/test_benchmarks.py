@@ -1,6 +1,7 @@
 """benchmarks/: the CTranslate2 worker of decode.py never loads torch (two OpenMP runtimes in
-one process slow CTranslate2 down), the length-cap rule of the natural modes, and the machine
-fields every result file records.
+one process slow CTranslate2 down), the length-cap rule of the natural modes, the machine
+fields every result file records, and CTranslate2 run with each of its CPU backends
+(CT2_USE_MKL) and its figure the faster.
 
 The worker test runs the real worker path (decode.main with --worker) in a fresh interpreter,
 with a stand-in ctranslate2 module: CI installs only the dev extra, and a real CTranslate2 would
@@ -131,3 +132,94 @@ def test_machine_fields(monkeypatch: pytest.MonkeyPatch) -> None:
         assert key in fields
     assert fields["cpu_model"] in fields["machine"]
     assert fields["torch"] in fields["machine"]
+
+
+# --------------------------------------------------------------------------- CTranslate2's backends
+
+
+def test_every_ctranslate2_engine_runs_with_both_backends(decode: ModuleType) -> None:
+    runs = decode.expand_runs(["ours", "ct2_float32", "hf_sdpa", "ct2_int8"])
+    assert runs == [
+        "ours",
+        "ct2_float32_mkl0",
+        "ct2_float32_mkl1",
+        "hf_sdpa",
+        "ct2_int8_mkl0",
+        "ct2_int8_mkl1",
+    ]
+    assert decode.split_run("ct2_int8_mkl1") == ("ct2_int8", "1")
+    assert decode.split_run("hf_eager") == ("hf_eager", None)
+
+
+def test_spawn_sets_ct2_use_mkl_per_run(
+    decode: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each CTranslate2 run gets its own CT2_USE_MKL in its worker's environment, and the
+    worker the engine's name; the other engines never see one (not even a user's export)."""
+    seen: list[tuple[list[str], dict[str, str]]] = []
+    monkeypatch.setattr(decode, "run_json", lambda cmd, env, what: seen.append((cmd, env)))
+    monkeypatch.setenv("CT2_USE_MKL", "1")
+    for run in ("ct2_float32_mkl0", "ct2_float32_mkl1", "ours", "hf_sdpa"):
+        decode.spawn(run, "greedy_natural", tmp_path / "inputs.json", 2)
+    assert [env.get("CT2_USE_MKL") for _, env in seen] == ["0", "1", None, None]
+    assert [cmd[cmd.index("--worker") + 1] for cmd, _ in seen] == [
+        "ct2_float32",
+        "ct2_float32",
+        "ours",
+        "hf_sdpa",
+    ]
+
+
+def test_ctranslate2s_figure_is_its_faster_backend(decode: ModuleType) -> None:
+    table = {
+        "beam5_natural": {
+            "ours": {"sent_per_s": 100.0, "ours_speedup": 1.0},
+            "ct2_float32_mkl0": {"sent_per_s": 371.0, "ours_speedup": 100 / 371},
+            "ct2_float32_mkl1": {"sent_per_s": 162.0, "ours_speedup": 100 / 162},
+        }
+    }
+    figure = decode.ct2_figures(table)["beam5_natural"]["ct2_float32"]
+    assert figure["ct2_use_mkl"] == "0"
+    assert figure["sent_per_s"] == 371.0
+    table["beam5_natural"]["ct2_float32_mkl1"]["sent_per_s"] = 500.0
+    assert decode.ct2_figures(table)["beam5_natural"]["ct2_float32"]["ct2_use_mkl"] == "1"
+
+
+@pytest.fixture
+def export_speed(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import export_speed as module
+
+    return module
+
+
+def test_export_speed_runs_ctranslate2_with_both_backends(
+    export_speed: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both CT2_USE_MKL values per compute type, each its own run; ours without one; the faster
+    is CTranslate2's figure, and a backend that fails (a build without MKL) leaves the other."""
+    assert export_speed.RUNS == (
+        "ours",
+        "ct2_float32_mkl0",
+        "ct2_float32_mkl1",
+        "ct2_int8_mkl0",
+        "ct2_int8_mkl1",
+    )
+    monkeypatch.setenv("CT2_USE_MKL", "1")
+    assert "CT2_USE_MKL" not in export_speed.run_env("ours", 2)
+    assert export_speed.run_env("ct2_int8_mkl0", 2)["CT2_USE_MKL"] == "0"
+    summary = {
+        "ours": {"mean": 200.0},
+        "ct2_float32_mkl0": {"mean": 371.0},
+        "ct2_float32_mkl1": {"mean": 162.0},
+        "ct2_int8_mkl0": {"error": "no MKL in this build"},
+        "ct2_int8_mkl1": {"mean": 250.0},
+    }
+    figures = export_speed.ct2_figures(summary)
+    assert figures["ct2_float32"] == {
+        "ct2_use_mkl": "0",
+        "mean": 371.0,
+        "ours_over_ct2": 200.0 / 371.0,
+    }
+    assert figures["ct2_int8"]["ct2_use_mkl"] == "1"
+
