@@ -12,6 +12,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS: list[tuple[str, list[str]]] = [
     ("model_speed.py", []),
     ("decode.py", []),
+    ("decode_ops.py", ["--doc"]),
     ("train_throughput.py", []),
     ("train_throughput.py", ["--precision", "bf16"]),
     # trainer.compile vs eager: each repeat compiles every fixed shape afresh (minutes)

@@ -1,7 +1,7 @@
 """benchmarks/: the CTranslate2 worker of decode.py never loads torch (two OpenMP runtimes in
 one process slow CTranslate2 down), the length-cap rule of the natural modes, the machine
-fields every result file records, and CTranslate2 run with each of its CPU backends
-(CT2_USE_MKL) and its figure the faster.
+fields every result file records, CTranslate2 run with each of its CPU backends (CT2_USE_MKL)
+and its figure the faster, and the per-step counts of benchmarks/decode_ops.py.
 
 The worker test runs the real worker path (decode.main with --worker) in a fresh interpreter,
 with a stand-in ctranslate2 module: CI installs only the dev extra, and a real CTranslate2 would
@@ -223,3 +223,29 @@ def test_export_speed_runs_ctranslate2_with_both_backends(
     }
     assert figures["ct2_int8"]["ct2_use_mkl"] == "1"
 
+
+# --------------------------------------------------------------------------- decode_ops
+
+
+def test_decode_ops_counts_a_step_whatever_the_lengths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's counts come out the same from two pairs of forced lengths (the encoder, the
+    set-up and the last step cancel out), and hold what they say: nested ops include the
+    top-level ones, and the breakdowns add up to the totals."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import decode_ops
+
+    from tests.conftest import _make_model
+
+    model = _make_model("sinusoidal", layers=2)
+    found = []
+    for short, long in ((3, 6), (4, 10)):
+        monkeypatch.setattr(decode_ops, "SHORT", short)
+        monkeypatch.setattr(decode_ops, "LONG", long)
+        found.append(decode_ops.per_step(model, 1, "auto"))
+    first, second = found
+    for key in decode_ops.COUNTS:
+        assert first[key] == second[key], key
+    assert first["dispatcher_ops"] >= first["top_level_ops"] > 0
+    assert sum(first["ops"].values()) == pytest.approx(first["dispatcher_ops"])
+    assert sum(first["top"].values()) == pytest.approx(first["top_level_ops"])
+    assert sum(first["calls"].values()) == pytest.approx(first["python_calls"])
