@@ -249,3 +249,53 @@ def test_decode_ops_counts_a_step_whatever_the_lengths(monkeypatch: pytest.Monke
     assert sum(first["ops"].values()) == pytest.approx(first["dispatcher_ops"])
     assert sum(first["top"].values()) == pytest.approx(first["top_level_ops"])
     assert sum(first["calls"].values()) == pytest.approx(first["python_calls"])
+
+
+def test_decode_report_shows_both_backends_and_ctranslate2s_figure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import decode_report
+
+    def row(rate: float, same: float | None) -> dict[str, object]:
+        return {
+            "sent_per_s": rate,
+            "tokens_per_s": 10 * rate,
+            "tokens_per_sentence": 10.0,
+            "at_cap": 0.0,
+            "peak_rss_mb": 100.0,
+            "same_output_as_ours": same,
+            "same_first_half_as_ours": same,
+            "alone_step_ms": None,
+            "ours_speedup": 100.0 / rate,
+        }
+
+    result = {
+        "setup": {
+            "logits": {
+                "max_abs_logit_diff": {"sdpa": 1e-6},
+                "sentences": 2,
+                "positions": 9,
+                "max_abs_logit": 5.0,
+            }
+        },
+        "results": {
+            "beam5_natural": {
+                "ours": row(100.0, None),
+                "ct2_float32_mkl0": row(371.0, 0.98),
+                "ct2_float32_mkl1": row(162.0, 0.98),
+            }
+        },
+        "faster_hf": {},
+        "ct2": {
+            "beam5_natural": {
+                "ct2_float32": {"ct2_use_mkl": "0", "sent_per_s": 371.0, "ours_speedup": 100 / 371}
+            }
+        },
+        "profile": {"mode": "beam5_forced", "profiled_seconds": 1.0, "share": {"attention": 1.0}},
+    }
+    text = decode_report.markdown(result)
+    assert "| CTranslate2 float32 (CT2_USE_MKL=0) | 371.0 |" in text
+    assert "| CTranslate2 float32 (CT2_USE_MKL=1) | 162.0 |" in text
+    assert "CTranslate2 float32 371.0 sent/s with CT2_USE_MKL=0 (ours 0.27x)" in text
+    assert "beam5_natural 98%" in text  # both backends count among the float32 engines
