@@ -38,6 +38,7 @@ import torch
 from common import ROOT, median, peak_rss_mb, update_doc, write_json
 
 from seq2seq.config.schema import TrainConfig
+from seq2seq.train.machine import SPEED_FLAGS, cpu_flags
 
 ENGINES = ("eager_exact", "eager_fixed", "compiled")
 OVERRIDES = {
@@ -45,18 +46,6 @@ OVERRIDES = {
     "eager_fixed": ["trainer.compile=false", "trainer.batch_shapes=fixed"],
     "compiled": ["trainer.compile=true", "trainer.batch_shapes=fixed"],
 }
-CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
-
-
-def cpu_flags() -> list[str]:
-    """The CPU's flags that decide Inductor's CPU kernels and GEMM templates (/proc/cpuinfo)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    have = set(line.split(":", 1)[-1].split())
-    return [flag for flag in CPU_FLAGS if flag in have]
 
 
 def engine_overrides(engine: str, args: argparse.Namespace) -> list[str]:
@@ -181,7 +170,7 @@ def report(result: dict[str, Any]) -> str:
         f"train_throughput.py's model and data, {result['precision']}, batches of <= "
         f"{result['max_tokens']} padded tokens, {result['threads']} threads, fixed shapes: "
         f"{result['shape_buckets']} lengths, torch.compile mode {result['compile_mode']}; "
-        f"CPU flags: {', '.join(result['cpu_flags']) or 'none of ' + ', '.join(CPU_FLAGS)}. "
+        f"CPU flags: {', '.join(result['cpu_flags']) or 'none of ' + ', '.join(SPEED_FLAGS)}. "
         f"Medians of {result['repeats']} repeats (engine order alternating, each in its own "
         f"process) of {result['steps']} timed steps of epoch 0 after the warm-up steps (the "
         "fixed engines: the first batch of each shape).\n\n"

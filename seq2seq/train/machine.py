@@ -43,13 +43,25 @@ def cpu_info() -> dict[str, str]:
     return {"cpu_model": model or platform.machine(), "cpu_vendor": vendor}
 
 
+# the CPU flags that decide which kernels pay (bf16, AMX, Inductor's GEMM templates)
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_flags() -> list[str]:
+    """Which of SPEED_FLAGS this CPU has (/proc/cpuinfo; empty off Linux)."""
+    have = set(_cpuinfo().get("flags", "").split())
+    return [flag for flag in SPEED_FLAGS if flag in have]
+
+
 def describe() -> dict[str, object]:
-    """CPU model and vendor, cores, torch version and threads, GPU (or None), Python, date."""
+    """CPU model, vendor and speed flags, cores, torch version and threads, GPU (or None),
+    Python, date."""
     import torch
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     return {
         **cpu_info(),
+        "cpu_flags": cpu_flags(),
         "cores": os.cpu_count(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
