@@ -72,6 +72,11 @@ DTYPES = {
 }
 
 
+def state_fields(state: TrainState, names: tuple[str, ...]) -> dict[str, Any]:
+    """The named fields of a TrainState, for a train_log.jsonl record."""
+    return {name: getattr(state, name) for name in names}
+
+
 class NonFiniteLossError(UserError, RuntimeError):
     """Too many consecutive steps had a NaN or infinite loss or gradient norm."""
 
@@ -327,17 +332,9 @@ class Trainer:
             s.skipped_steps,
         )
         self.writer.add_scalar("train/skipped_steps", s.skipped_steps, s.step)
-        self.steplog.write(
-            {
-                "type": "skip",
-                "step": s.step,
-                "epoch": s.epoch,
-                "batch": s.batch,
-                "loss": stats["loss"],
-                "grad_norm": stats["grad_norm"],
-                "streak": s.bad_streak,
-            }
-        )
+        record = {"type": "skip", **state_fields(s, ("step", "epoch", "batch"))}
+        losses = {"loss": stats["loss"], "grad_norm": stats["grad_norm"]}
+        self.steplog.write({**record, **losses, "streak": s.bad_streak})
         if s.bad_streak >= limit:
             intact = (
                 f"the last checkpoint {self.saved[0]} (step {self.saved[1]}) is intact"
@@ -455,17 +452,8 @@ class Trainer:
             note = f" (best {format_best(s)}; {s.stale_validations} without {gain(t.best_metric)}"
             note += f", patience {t.patience})" if t.patience else ")"
         log.info("step %d: valid %s%s", s.step, format_valid(metrics), note)
-        self.steplog.write(
-            {
-                "type": "valid",
-                "step": s.step,
-                **metrics,
-                "best_metric": s.best_metric,
-                "best_score": s.best_score,
-                "best_step": s.best_step,
-                "stale_validations": s.stale_validations,
-            }
-        )
+        best = ("best_metric", "best_score", "best_step", "stale_validations")
+        self.steplog.write({"type": "valid", "step": s.step, **metrics, **state_fields(s, best)})
         self.save(improved)
 
     def checkpoint_state(self) -> dict[str, Any]:
