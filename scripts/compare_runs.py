@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 from omegaconf import DictConfig, OmegaConf
-from sweep_curves import curve_lines, plot_curves, read_curves, runs_lines
+from sweep_curves import curve_lines, plot_curves, read_curves, runs_lines, valid_set
 from sweep_report import (
     Job,
     Row,
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     paths[-1].write_text(json.dumps(tested, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     if args.curves:
         curves = read_curves(done)
-        report += "\n" + "\n".join([*curve_lines(curves), "", *runs_lines(jobs)]) + "\n"
+        report += "\n" + "\n".join([*curve_lines(curves, valid_set(done)), "", *runs_lines(jobs)]) + "\n"
         paths.append(out / "valid_bleu_by_step.png")
         plot_curves(curves, paths[-1], title)
     write_csv(rows, paths[0])

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+from seq2seq.config.schema import length_cap
 from sweep_report import DASH, Job, distinct_styles, fmt_mean_std, md_table, mean_std, ordered
 
 # encoding label -> run -> [(step, validation BLEU)]
@@ -43,8 +44,19 @@ def at_step(curves: Curves, label: str, step: int) -> list[float]:
     return [b for points in curves[label].values() for s, b in points if s == step]
 
 
-def curve_lines(curves: Curves) -> list[str]:
-    """## Learning curves: validation BLEU (greedy) by step, mean ± std over seeds."""
+def valid_set(jobs: list[Job]) -> str:
+    """Which validation pairs the runs validate on: within a length experiment's cap
+    (corpus.within_cap, the pairs best.pt is chosen on), or the whole split."""
+    caps = sorted({length_cap(j.data) for j in jobs if j.data is not None})
+    if not caps or caps == [0]:
+        return "the whole validation split"
+    if len(caps) == 1:
+        return f"the validation pairs whose source has at most L = {caps[0]} tokens"
+    return "the validation pairs within each run's cap (caps " + ", ".join(map(str, caps)) + ")"
+
+
+def curve_lines(curves: Curves, valid: str = "the whole validation split") -> list[str]:
+    """## Learning curves: validation BLEU (greedy, on `valid`) by step, mean ± std over seeds."""
     steps = sorted({s for runs in curves.values() for pts in runs.values() for s, _ in pts})
     if not steps:
         return ["## Learning curves", "", "No validation records (train_log.jsonl) found."]
@@ -54,7 +66,7 @@ def curve_lines(curves: Curves) -> list[str]:
     return [
         "## Learning curves",
         "",
-        "Validation BLEU (greedy, the whole validation split) by step, mean ± std over seeds "
+        f"Validation BLEU (greedy, {valid}) by step, mean ± std over seeds "
         "(valid_bleu_by_step.png).",
         "",
         *md_table(["Encoding", *(str(s) for s in steps)], body, align="r"),

@@ -339,7 +339,8 @@ def make_short_job(sweep: Path, pos: str, seed: int, long_bleu: float, curve: li
     """A finished run of make sweep-multi30k: results.json with a "length" block, a curve."""
     path = sweep / f"{pos}_seed{seed}"
     (path / ".hydra").mkdir(parents=True)
-    cfg = {"pos_encoding": {"kind": pos}, "trainer": {"seed": seed}, "data": {"test": ["a"]}}
+    data = {"test": ["a"], "train_max_src_len": 16}
+    cfg = {"pos_encoding": {"kind": pos}, "trainer": {"seed": seed}, "data": data}
     (path / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
     cell = lambda bleu: {"n": 5, "bleu": bleu, "chrf": 2 * bleu}  # noqa: E731
     length = {
@@ -374,6 +375,7 @@ def test_tokens_mode_tables_and_curves(tmp_path: Path) -> None:
     assert md_row(md, "sinusoidal", "### a + b (chrF)")[1:] == ["80.00 ± 0.00", "22.00 ± 2.83"]
     assert md_row(md, "rope", "## Learning curves")[1:] == ["6.0 ± 0.0", "13.0 ± 1.4"]
     assert md_row(md, "sinusoidal", "## Learning curves")[1:] == ["6.0 ± 1.4", "10.0 ± 1.4"]
+    assert "(greedy, the validation pairs whose source has at most L = 16 tokens)" in md
     assert "summed: 8.0 min" in md
     assert md_row(md, "rope", "## Runs") == ["rope", "1", "100", "bf16", "1.5", "2.0", "no"]
     significance = md[md.index("## Significance") : md.index("## Failed")]
