@@ -351,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     paths[-1].write_text(json.dumps(tested, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     if args.curves:
         curves = read_curves(done)
-        report += "\n" + "\n".join([*curve_lines(curves, valid_set(done)), "", *runs_lines(jobs)]) + "\n"
+        lines = [*curve_lines(curves, valid_set(done)), "", *runs_lines(jobs)]
+        report += "\n" + "\n".join(lines) + "\n"
         paths.append(out / "valid_bleu_by_step.png")
         plot_curves(curves, paths[-1], title)
     write_csv(rows, paths[0])

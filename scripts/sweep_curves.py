@@ -8,8 +8,9 @@ import json
 import math
 from pathlib import Path
 
-from seq2seq.config.schema import length_cap
 from sweep_report import DASH, Job, distinct_styles, fmt_mean_std, md_table, mean_std, ordered
+
+from seq2seq.config.schema import length_cap
 
 # encoding label -> run -> [(step, validation BLEU)]
 Curves = dict[str, dict[str, list[tuple[int, float]]]]
