@@ -89,6 +89,7 @@ ifneq ($(POS_M30K_ARCHIVE),)
 endif
 	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) scripts/compare_runs.py $(POS_M30K_DIR) --length-by tokens \
 		--baseline sinusoidal --reference $(POS_M30K_REF_DIR) --curves --out $(POS_M30K_REPORT) \
+		--doc docs/POSITIONAL_ENCODINGS.md \
 		--title "Positional encodings on Multi30k En-De, trained on sources of at most 10 tokens"
 	MULTI30K_ROOT=$(MULTI30K_ROOT) $(PY) scripts/attention_long.py --sweep $(POS_M30K_DIR) \
 		--report $(POS_M30K_REPORT)/comparison.csv --png $(POS_M30K_REPORT)/attention_long.png

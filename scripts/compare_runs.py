@@ -5,6 +5,7 @@ Usage:
     python scripts/compare_runs.py SWEEP_DIR [SWEEP_DIR ...] [--out DIR]
         [--length-by words|items|tokens] [--baseline ENCODING] [--reference SWEEP_DIR]
         [--method bs|ar|both] [--bs-samples N] [--ar-trials N] [--curves] [--title TEXT]
+        [--doc FILE.md]
 
 A sweep folder holds one folder per job (`<num>_<overrides>/`, written by `seq2seq-train -m`).
 Each finished job has `results.json` and one `{split}.hyp` per test split; this script re-scores
@@ -31,13 +32,16 @@ Holm's correction over all the report's comparisons; significance.json holds eve
 
 Outputs (into --out, default the first sweep folder): comparison.csv (long format, one row per
 encoding, seed, split and bucket), comparison.md (also printed), significance.json and
-bleu_by_length.png.
+bleu_by_length.png. `--doc FILE.md` also writes the report's tables and tests into that document
+between its `<!-- report:NAME start -->` and `end` markers (NAME: --out's path under docs/), so
+the document's tables are the report's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -49,11 +53,13 @@ from sweep_curves import curve_lines, plot_curves, read_curves, runs_lines, vali
 from sweep_report import (
     Job,
     Row,
+    doc_section,
     failed_lines,
     plot_bleu_by_length,
     rank_encodings,
     render_markdown,
     write_csv,
+    write_doc,
 )
 from sweep_significance import (
     labels_for_tests,
@@ -296,7 +302,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--curves", action="store_true", help="add validation BLEU by step and wall times"
     )
     parser.add_argument("--title", help="title of the report and the plot")
+    parser.add_argument(
+        "--doc",
+        type=Path,
+        help="also write the report's tables and tests into this Markdown file, between its "
+        "<!-- report:NAME start/end --> markers (NAME: the --out folder's path under docs/)",
+    )
     return parser.parse_args(argv)
+
+
+def doc_name(out: Path) -> str:
+    """The marker name of a report folder: its path under docs/ (else its own name)."""
+    parts = out.resolve().parts
+    return "/".join(parts[parts.index("docs") + 1 :]) if "docs" in parts else out.name
 
 
 def sweep_dirs(args: argparse.Namespace) -> list[Path]:
@@ -357,6 +375,10 @@ def main(argv: list[str] | None = None) -> int:
         plot_curves(curves, paths[-1], title)
     write_csv(rows, paths[0])
     paths[1].write_text(report, encoding="utf-8")
+    if args.doc:
+        link = Path(os.path.relpath(paths[1], args.doc.resolve().parent)).as_posix()
+        write_doc(args.doc, doc_name(out), doc_section(report, f"[{link}]({link})"))
+        paths.append(args.doc)
     plot_bleu_by_length(rows, paths[2], title, args.length_by)
     print(report)
     print("\n".join(f"wrote {p}" for p in paths))

@@ -325,3 +325,31 @@ def distinct_styles(ax: object, n: int) -> None:
     colors = colormaps["tab10" if n <= 10 else "tab20"].colors[:n]
     markers = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"] * 2
     ax.set_prop_cycle(cycler(color=colors) + cycler(marker=markers[: len(colors)]))  # type: ignore[attr-defined]
+
+
+# the report's sections a document embeds (compare_runs.py --doc), by the start of their title
+DOC_SECTIONS = ("Test scores", "BLEU by source length", "Length ratio", "Significance")
+
+
+def doc_section(report: str, source: str) -> str:
+    """The tables and tests of a comparison.md, one heading level down, under a line that says
+    where they come from: what a document embeds (write_doc)."""
+    parts = ("\n" + report).split("\n## ")[1:]  # "title\nbody" of each ## section
+    kept = ["### " + p.rstrip().replace("\n### ", "\n#### ") for p in parts]
+    kept = [k for k in kept if k[4:].startswith(DOC_SECTIONS)]
+    note = f"Written by scripts/compare_runs.py --doc from {source}; do not edit by hand."
+    return "\n\n".join([note, *kept])
+
+
+def write_doc(doc: Path, name: str, body: str) -> None:
+    """Put `body` between doc's `<!-- report:name start -->` and `end` markers (appended with
+    them when absent); the rest of the document is kept as it is."""
+    start, end = f"<!-- report:{name} start -->", f"<!-- report:{name} end -->"
+    text = doc.read_text(encoding="utf-8") if doc.exists() else ""
+    section = f"{start}\n{body.strip()}\n{end}"
+    if start in text and end in text.split(start, 1)[1]:
+        before, rest = text.split(start, 1)
+        text = before + section + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    doc.write_text(text, encoding="utf-8")

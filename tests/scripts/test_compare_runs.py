@@ -385,6 +385,38 @@ def test_tokens_mode_tables_and_curves(tmp_path: Path) -> None:
     assert "Every encoding against **rope**" in (out / "comparison.md").read_text()
 
 
+def test_doc_gets_the_reports_tables_between_its_markers(tmp_path: Path) -> None:
+    """--doc: the document's marked section becomes the report's tables and tests (one heading
+    level down, linked to comparison.md); the text around it is kept; a second run replaces
+    the section instead of adding one; a document without markers gets them appended."""
+    sweep = tmp_path / "sweep"
+    for seed, bleu in ((1, 10.0), (2, 12.0)):
+        make_short_job(sweep, "sinusoidal", seed, bleu, [(50, 5.0)])
+        make_short_job(sweep, "rope", seed, bleu + 10, [(50, 6.0)])
+    out, doc = tmp_path / "docs" / "positional" / "m", tmp_path / "docs" / "P.md"
+    doc.parent.mkdir(parents=True)
+    marks = "<!-- report:positional/m start -->\nold table\n<!-- report:positional/m end -->"
+    doc.write_text(f"# P\n\nbefore\n\n{marks}\n\nafter\n")
+    args = [str(sweep), "--out", str(out), "--length-by", "tokens", "--curves", "--doc", str(doc)]
+    for _ in range(2):
+        assert cr.main([*args, "--baseline", "sinusoidal"]) == 0
+    text = doc.read_text()
+    assert text.startswith("# P\n\nbefore\n\n<!-- report:positional/m start -->\n")
+    assert text.endswith("<!-- report:positional/m end -->\n\nafter\n")
+    assert "old table" not in text
+    assert text.count("report:positional/m start") == 1
+    assert "from [positional/m/comparison.md](positional/m/comparison.md)" in text
+    assert md_row(text, "rope", "### Test scores")[:2] == ["rope", "21.00 ± 1.41"]
+    assert "#### a + b (BLEU)" in text
+    assert "### Significance" in text
+    assert "Learning curves" not in text
+    assert "## Runs" not in text
+    bare = tmp_path / "bare.md"
+    bare.write_text("# Bare\n")
+    assert cr.main([*args[:-1], str(bare)]) == 0
+    assert bare.read_text().startswith("# Bare\n\n<!-- report:positional/m start -->\n")
+
+
 # a tokens-mode sweep with translations: sources of 2-9 words (the word tokenizer: one token a
 # word), cap 5; refs of random words; every system replaces words of the references at a rate
 # (within the cap, over it): rope is truly better on the long sentences only
