@@ -5,7 +5,7 @@ Usage:
     python scripts/compare_runs.py SWEEP_DIR [SWEEP_DIR ...] [--out DIR]
         [--length-by words|items|tokens] [--baseline ENCODING] [--reference SWEEP_DIR]
         [--method bs|ar|both] [--bs-samples N] [--ar-trials N] [--curves] [--title TEXT]
-        [--doc FILE.md]
+        [--doc FILE.md [--doc-name NAME]]
 
 A sweep folder holds one folder per job (`<num>_<overrides>/`, written by `seq2seq-train -m`).
 Each finished job has `results.json` and one `{split}.hyp` per test split; this script re-scores
@@ -33,8 +33,8 @@ Holm's correction over all the report's comparisons; significance.json holds eve
 Outputs (into --out, default the first sweep folder): comparison.csv (long format, one row per
 encoding, seed, split and bucket), comparison.md (also printed), significance.json and
 bleu_by_length.png. `--doc FILE.md` also writes the report's tables and tests into that document
-between its `<!-- report:NAME start -->` and `end` markers (NAME: --out's path under docs/), so
-the document's tables are the report's.
+between its `<!-- report:NAME start -->` and `end` markers (NAME: --doc-name, by default --out's
+path under docs/), so the document's tables are the report's.
 """
 
 from __future__ import annotations
@@ -306,7 +306,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--doc",
         type=Path,
         help="also write the report's tables and tests into this Markdown file, between its "
-        "<!-- report:NAME start/end --> markers (NAME: the --out folder's path under docs/)",
+        "<!-- report:NAME start/end --> markers",
+    )
+    parser.add_argument(
+        "--doc-name", help="the markers' NAME (default: the --out folder's path under docs/)"
     )
     return parser.parse_args(argv)
 
@@ -377,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     paths[1].write_text(report, encoding="utf-8")
     if args.doc:
         link = Path(os.path.relpath(paths[1], args.doc.resolve().parent)).as_posix()
-        write_doc(args.doc, doc_name(out), doc_section(report, f"[{link}]({link})"))
+        body = doc_section(report, f"[{link}]({link})")
+        write_doc(args.doc, args.doc_name or doc_name(out), body)
         paths.append(args.doc)
     plot_bleu_by_length(rows, paths[2], title, args.length_by)
     print(report)

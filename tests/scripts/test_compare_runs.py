@@ -415,6 +415,9 @@ def test_doc_gets_the_reports_tables_between_its_markers(tmp_path: Path) -> None
     bare.write_text("# Bare\n")
     assert cr.main([*args[:-1], str(bare)]) == 0
     assert bare.read_text().startswith("# Bare\n\n<!-- report:positional/m start -->\n")
+    elsewhere = [str(sweep), "--out", str(tmp_path / "o"), "--length-by", "tokens"]
+    assert cr.main([*elsewhere, "--doc", str(doc), "--doc-name", "positional/m"]) == 0
+    assert doc.read_text().count("report:positional/m start") == 1  # the name, not the folder
 
 
 # a tokens-mode sweep with translations: sources of 2-9 words (the word tokenizer: one token a
