@@ -137,16 +137,22 @@ def train(
         summary["init_from"] = {"path": str(source.path), "sha256": sha256_file(source.path)}
     summary["minutes"] = (time.monotonic() - start) / 60
     summary["machine"] = describe()  # the times and speeds above hold for this CPU
-    write_hparams(run_dir / "tb", cfg, summary)  # TensorBoard's HParams: settings and scores
-    tmp = run_dir / f".{RESULTS_NAME}.tmp"  # atomic: a results.json is a whole one
-    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(run_dir / RESULTS_NAME)
+    write_results(cfg, run_dir, summary)
     print(f"checkpoints: {trainer.ckpt_dir}\ntensorboard: tensorboard --logdir {run_dir / 'tb'}")
     for tag, results in (("", summary["test"]), (" averaged", summary.get("test_average", {}))):
         for name, scores in results.items():
             print(f"test BLEU ({name}{tag}): {scores['bleu']:.2f}")
     test: dict[str, dict[str, object]] = summary["test"]
     return test
+
+
+def write_results(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any]) -> None:
+    """results.json, written atomically (a results.json is a whole one: it marks a finished
+    run), and the run's settings and scores in TensorBoard's HParams view."""
+    write_hparams(run_dir / "tb", cfg, summary)
+    tmp = run_dir / f".{RESULTS_NAME}.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(run_dir / RESULTS_NAME)
 
 
 def train_worker(cfg: TrainConfig, run_dir: Path, process: Process) -> dict[str, dict[str, object]]:
