@@ -329,15 +329,21 @@ def sweep_dirs(args: argparse.Namespace) -> list[Path]:
     return sweeps
 
 
+def load_jobs(sweeps: list[Path], reference: Path | None) -> list[Job]:
+    """Every job folder of the sweeps, and of the reference sweep as '<encoding> (all lengths)'."""
+    jobs = [load_job(p, s) for s in sweeps for p in find_job_dirs(s)]
+    if reference:
+        for job in (refs := [load_job(p, reference) for p in find_job_dirs(reference)]):
+            job.label += " (all lengths)"
+        jobs += refs
+    return jobs
+
+
 def main(argv: list[str] | None = None) -> int:
     """Read the sweep(s), score, write comparison.csv/.md and bleu_by_length.png; 1 if no job."""
     args = parse_args(argv)
     sweeps = sweep_dirs(args)
-    jobs = [load_job(p, s) for s in sweeps for p in find_job_dirs(s)]
-    if args.reference:
-        for job in (refs := [load_job(p, args.reference) for p in find_job_dirs(args.reference)]):
-            job.label += " (all lengths)"
-        jobs += refs
+    jobs = load_jobs(sweeps, args.reference)
     done = [j for j in jobs if j.problem is None]
     if not done:
         found = f"{len(jobs)} job folder(s), none finished" if jobs else "no job folder"
@@ -380,8 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     paths[1].write_text(report, encoding="utf-8")
     if args.doc:
         link = Path(os.path.relpath(paths[1], args.doc.resolve().parent)).as_posix()
-        body = doc_section(report, f"[{link}]({link})")
-        write_doc(args.doc, args.doc_name or doc_name(out), body)
+        write_doc(args.doc, args.doc_name or doc_name(out), doc_section(report, link))
         paths.append(args.doc)
     plot_bleu_by_length(rows, paths[2], title, args.length_by)
     print(report)

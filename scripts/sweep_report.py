@@ -331,13 +331,13 @@ def distinct_styles(ax: object, n: int) -> None:
 DOC_SECTIONS = ("Test scores", "BLEU by source length", "Length ratio", "Significance")
 
 
-def doc_section(report: str, source: str) -> str:
-    """The tables and tests of a comparison.md, one heading level down, under a line that says
-    where they come from: what a document embeds (write_doc)."""
+def doc_section(report: str, link: str) -> str:
+    """The tables and tests of a comparison.md (at relative `link`), one heading level down,
+    under a line that says where they come from: what a document embeds (write_doc)."""
     parts = ("\n" + report).split("\n## ")[1:]  # "title\nbody" of each ## section
     kept = ["### " + p.rstrip().replace("\n### ", "\n#### ") for p in parts]
     kept = [k for k in kept if k[4:].startswith(DOC_SECTIONS)]
-    note = f"Written by scripts/compare_runs.py --doc from {source}; do not edit by hand."
+    note = f"Written by scripts/compare_runs.py --doc from [{link}]({link}); do not edit by hand."
     return "\n\n".join([note, *kept])
 
 
