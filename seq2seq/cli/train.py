@@ -7,6 +7,10 @@ directory and exit status 1. Ctrl-C, SIGTERM or SIGUSR2 saves a checkpoint and e
 signal's status (seq2seq/train/interrupt.py), after handing the signal to the handler that was
 there before training (submitit's requeues a SLURM job on SIGUSR2).
 
+Ctrl-C on a sweep (`sweep_stop`): every running job finishes its step and saves last.pt, the jobs
+not started yet do not start, and the sweep exits with status 130 once the running ones are
+done; the same command then resumes them. A second Ctrl-C ends the jobs at once.
+
 With trainer.skip_finished=true (the sweep experiments), a job whose run directory holds
 results.json returns at once (train/run.py), and `hydra_output_subdir` below keeps Hydra from
 rewriting its .hydra/: a finished run's folder stays as it was, its log file aside.
@@ -14,9 +18,15 @@ rewriting its .hydra/: a finished run's folder stays as it was, its log file asi
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
+import signal
 import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -29,7 +39,13 @@ from seq2seq.cli.app import run_hydra
 from seq2seq.config.schema import CONFIG_DIR, register_configs
 from seq2seq.errors import UserError
 from seq2seq.train.distributed import cleanup
-from seq2seq.train.interrupt import TrainingInterrupted, pass_on
+from seq2seq.train.interrupt import (
+    SWEEP_STOP_ENV,
+    TrainingInterrupted,
+    pass_on,
+    sweep_stop_file,
+    sweep_stopped,
+)
 from seq2seq.train.resume import merge_overrides
 from seq2seq.train.run import is_finished, train
 
@@ -55,11 +71,16 @@ OmegaConf.register_new_resolver("seq2seq.hydra_output_subdir", hydra_output_subd
 def main(cfg: DictConfig) -> float:
     """Entry point of seq2seq-train; returns the first test split's BLEU (for sweeps)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if sweep_stopped():
+        log.warning("%s: not started: the sweep was stopped (Ctrl-C)", run_dir)
+        return math.nan
     try:
         overrides = list(HydraConfig.get().overrides.task)
         results = train(OmegaConf.to_object(cfg), run_dir, overrides)  # type: ignore[arg-type]
     except TrainingInterrupted as stop:
         log.warning("%s", stop)
+        if stop.signum == signal.SIGINT and sweep_stop_file() is not None:
+            return math.nan  # a sweep's Ctrl-C: the job ends, the launcher waits for the others
         print(f"interrupted: {stop}", file=sys.stderr)
         pass_on(stop.signum)  # under submitit, SIGUSR2's handler requeues the job (and exits)
         sys.exit(stop.code)
@@ -82,15 +103,49 @@ def main(cfg: DictConfig) -> float:
 WORKER_OVERRIDES = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 
+@contextlib.contextmanager
+def sweep_stop() -> Iterator[Path]:
+    """Around a multirun's launch: SIGINT ignored here, and so in the launcher's worker processes
+    (an idle one would die of it, and the launcher would kill the busy ones mid-save), and a
+    stop file named in the environment that the sweep's jobs share (train/interrupt.py)."""
+    stop_file = Path(tempfile.gettempdir()) / f"seq2seq-sweep-{os.getpid()}-{uuid.uuid4().hex}"
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ[SWEEP_STOP_ENV] = str(stop_file)
+    try:
+        yield stop_file
+    finally:
+        os.environ.pop(SWEEP_STOP_ENV, None)
+        signal.signal(signal.SIGINT, previous)
+
+
+def is_multirun(args: list[str]) -> bool:
+    """Whether the command line asks Hydra for a multirun."""
+    return any(a in ("-m", "--multirun", "hydra.mode=MULTIRUN") for a in args)
+
+
 def cli() -> None:
     """seq2seq-train: `main` with WORKER_OVERRIDES added on torchrun ranks other than 0."""
     if int(os.environ.get("RANK", "0")) > 0:
         sys.argv = [sys.argv[0], *merge_overrides(sys.argv[1:], WORKER_OVERRIDES)]
-    try:
-        run_hydra(main)  # a bad override: one `error: ConfigError: ...` line, exit status 1
-    except SweepJobError as err:  # raised by Hydra's sweeper once every job of the multirun ran
-        print(f"error: a run of the sweep failed: {err}", file=sys.stderr)
-        sys.exit(1)
+    multirun = is_multirun(sys.argv[1:]) and SWEEP_STOP_ENV not in os.environ
+    stopped = False
+    with sweep_stop() if multirun else contextlib.nullcontext() as stop_file:
+        try:
+            run_hydra(main)  # a bad override: one `error: ConfigError: ...` line, exit status 1
+        except SweepJobError as err:  # raised by Hydra's sweeper once every job of the sweep ran
+            print(f"error: a run of the sweep failed: {err}", file=sys.stderr)
+            sys.exit(1)
+        finally:
+            if stop_file is not None and stop_file.exists():
+                stop_file.unlink()
+                stopped = True
+    if stopped:
+        print(
+            "interrupted: Ctrl-C stopped the sweep: its running jobs saved their last.pt and the "
+            "others did not start; the same command resumes it",
+            file=sys.stderr,
+        )
+        sys.exit(128 + signal.SIGINT)
 
 
 if __name__ == "__main__":

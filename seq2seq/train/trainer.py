@@ -351,7 +351,7 @@ class Trainer:
     def stop_reason(self, stop: StopSignals, started: float) -> str | None:
         """Why training should stop now, or None to go on."""
         t, s = self.cfg.trainer, self.state
-        if stop.signum is not None:
+        if stop.poll() is not None:
             return f"{stop.name} received"
         if s.step >= t.max_steps:
             return f"max_steps={t.max_steps} reached"

@@ -14,11 +14,17 @@ trainer.skip_finished) on a tiny model:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+import torch
 
 from seq2seq.train.interrupt import StopSignals, pass_on
 from seq2seq.train.run import train
@@ -83,6 +89,91 @@ def test_joblib_runs_in_worker_processes_that_share_no_state(tmp_path: Path) -> 
     fresh = tmp_path / "fresh"
     train(compose_train([*args, "trainer.seed=3"]), fresh)
     assert_same_weights(fresh / "checkpoints" / "last.pt", runs[2] / "checkpoints" / "last.pt")
+
+
+def train_records(run: Path) -> list[int]:
+    """The steps of a run's train records in train_log.jsonl so far."""
+    log = run / "train_log.jsonl"
+    text = log.read_text() if log.exists() else ""
+    lines = text.split("\n")[:-1]  # whole lines: the one being written has no newline yet
+    return [json.loads(x)["step"] for x in lines if '"type": "train"' in x]
+
+
+def wait_until(check: Callable[[], bool], proc: subprocess.Popen[str] | None = None) -> None:
+    """Block until check() holds; fail if the child exits first (a guard, not a timing test)."""
+    deadline = time.monotonic() + 300
+    while not check():
+        assert proc is None or proc.poll() is None, proc and proc.communicate()[0]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def terminal_job() -> None:
+    """In the child: what a shell gives a foreground job (SIGINT at its default; the test's
+    own process may ignore it, as under nohup)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_on_a_joblib_sweep_saves_the_running_jobs_and_starts_no_other(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) on a two-worker sweep of three runs: the
+    two running jobs save last.pt at the step they were at, the third does not start, the
+    sweep exits 130 and leaves no process behind; the same command then finishes the sweep,
+    the interrupted runs resumed to the weights of a run never stopped."""
+    args = settings(tmp_path, "trainer.max_steps=40", "trainer.valid_every=100")
+    sweep = ["trainer.seed=1,2,3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    cmd = multirun(tmp_path, [*args, *sweep])
+    runs = [tmp_path / "sweep" / f"sinusoidal_seed{seed}" for seed in (1, 2, 3)]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal's job
+        preexec_fn=terminal_job,
+    )
+    try:
+        wait_until(lambda: all(len(train_records(r)) >= 2 for r in runs[:2]), proc)
+        jobs = [int((r / "train.lock").read_text()) for r in runs[:2]]
+        for job in jobs:  # held still while Ctrl-C arrives, so that neither ends on its own
+            os.kill(job, signal.SIGSTOP)
+        os.killpg(proc.pid, signal.SIGINT)
+        for job in jobs:
+            os.kill(job, signal.SIGCONT)
+        out = proc.communicate(timeout=300)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGINT, out
+    assert "Ctrl-C stopped the sweep" in out
+    for folder in runs[:2]:
+        ckpt = torch.load(folder / "checkpoints" / "last.pt", weights_only=False)
+        assert ckpt["train_state"]["step"] == train_records(folder)[-1] < 40  # no step lost
+    assert not (runs[2] / "checkpoints").exists()
+    assert "not started: the sweep was stopped (Ctrl-C)" in (runs[2] / "train.log").read_text()
+    wait_until(lambda: not group_alive(proc.pid))  # the launcher's workers ended too
+    assert not list(Path(tempfile.gettempdir()).glob(f"seq2seq-sweep-{proc.pid}-*"))
+    again = run(cmd)
+    assert again.returncode == 0, again.stdout + again.stderr
+    for r in runs:
+        assert json.loads((r / "results.json").read_text())["steps"] == 40
+    assert json.loads((runs[0] / "results.json").read_text())["resumed_from"]
+    fresh = tmp_path / "fresh"
+    train(compose_train([*args, "trainer.seed=1"]), fresh)
+    assert_same_weights(fresh / "checkpoints" / "last.pt", runs[0] / "checkpoints" / "last.pt")
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of the group is left."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_submitit_local_sweep_finishes_and_a_second_call_skips_it(tmp_path: Path) -> None:
