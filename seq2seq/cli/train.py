@@ -118,16 +118,20 @@ def sweep_stop() -> Iterator[Path]:
         signal.signal(signal.SIGINT, previous)
 
 
-def is_multirun(args: list[str]) -> bool:
-    """Whether the command line asks Hydra for a multirun."""
-    return any(a in ("-m", "--multirun", "hydra.mode=MULTIRUN") for a in args)
+def is_local_multirun(args: list[str]) -> bool:
+    """Whether the command line asks Hydra for a multirun whose jobs run on this machine (the
+    basic, joblib or submitit_local launcher): Ctrl-C here can stop them (sweep_stop). A
+    cluster's jobs (hydra/launcher=slurm) go on after Ctrl-C ends the submitting process."""
+    launchers = [a.split("=", 1)[1] for a in args if a.startswith("hydra/launcher=")]
+    local = launchers[-1] in ("basic", "joblib", "submitit_local") if launchers else True
+    return local and any(a in ("-m", "--multirun", "hydra.mode=MULTIRUN") for a in args)
 
 
 def cli() -> None:
     """seq2seq-train: `main` with WORKER_OVERRIDES added on torchrun ranks other than 0."""
     if int(os.environ.get("RANK", "0")) > 0:
         sys.argv = [sys.argv[0], *merge_overrides(sys.argv[1:], WORKER_OVERRIDES)]
-    multirun = is_multirun(sys.argv[1:]) and SWEEP_STOP_ENV not in os.environ
+    multirun = is_local_multirun(sys.argv[1:]) and SWEEP_STOP_ENV not in os.environ
     stopped = False
     with sweep_stop() if multirun else contextlib.nullcontext() as stop_file:
         try:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from seq2seq.cli.train import is_local_multirun
 from seq2seq.train.interrupt import StopSignals, pass_on
 from seq2seq.train.run import train
 from tests.tiny_run import (
@@ -165,6 +166,16 @@ def test_ctrl_c_on_a_joblib_sweep_saves_the_running_jobs_and_starts_no_other(
     fresh = tmp_path / "fresh"
     train(compose_train([*args, "trainer.seed=1"]), fresh)
     assert_same_weights(fresh / "checkpoints" / "last.pt", runs[0] / "checkpoints" / "last.pt")
+
+
+def test_ctrl_c_stops_the_sweeps_that_run_here() -> None:
+    """sweep_stop applies to a multirun on this machine's launchers, not to a cluster's."""
+    assert is_local_multirun(["-m", "trainer.seed=1,2"])  # Hydra's basic launcher
+    assert is_local_multirun(["--multirun", "hydra/launcher=joblib"])
+    assert is_local_multirun(["hydra.mode=MULTIRUN", "hydra/launcher=submitit_local"])
+    assert not is_local_multirun(["-m", "hydra/launcher=slurm"])
+    assert not is_local_multirun(["-m", "hydra/launcher=joblib", "hydra/launcher=slurm"])
+    assert not is_local_multirun(["trainer.seed=1"])  # one run: its own Ctrl-C handling
 
 
 def group_alive(pgid: int) -> bool:
