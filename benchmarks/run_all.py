@@ -15,6 +15,8 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("decode_ops.py", ["--doc"]),
     ("train_throughput.py", []),
     ("train_throughput.py", ["--precision", "bf16"]),
+    # R-Drop's step (two passes and the KL term, issue #30), beside the plain one
+    ("train_throughput.py", ["--rdrop-alpha", "1"]),
     # trainer.compile vs eager: each repeat compiles every fixed shape afresh (minutes)
     ("train_throughput.py", ["--compile-vs-eager", "--repeats", "3"]),
     ("train_throughput.py", ["--compile-vs-eager", "--repeats", "3", "--precision", "bf16"]),
