@@ -106,11 +106,7 @@ def update_doc(name: str, title: str, body: str) -> None:
         f"## {title}\n\nCommand: `{command()}`  \n"
         f"Date: {dt.date.today().isoformat()}, machine: {machine()}\n\n"
     )
-    section = f"{start}\n{header}{body.strip()}\n{end}"
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\nWritten by `make bench`.\n"
-    if start in text and end in text:
-        before, rest = text.split(start, 1)
-        text = before + section + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    DOC.write_text(text)
+    from seq2seq.evaluation.markdown import write_section  # here: the CT2 worker imports no seq2seq
+
+    empty = "# Benchmarks\n\nWritten by `make bench`.\n"
+    write_section(DOC, start, end, header + body, empty=empty)

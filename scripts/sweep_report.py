@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from seq2seq.config.schema import DataConfig
+from seq2seq.evaluation.markdown import write_section
 from seq2seq.evaluation.scoring import BUCKET_BLEU as BLEU
 from seq2seq.evaluation.scoring import BUCKET_CHRF as CHRF
 from seq2seq.evaluation.scoring import bucket_key
@@ -344,12 +345,4 @@ def doc_section(report: str, link: str) -> str:
 def write_doc(doc: Path, name: str, body: str) -> None:
     """Put `body` between doc's `<!-- report:name start -->` and `end` markers (appended with
     them when absent); the rest of the document is kept as it is."""
-    start, end = f"<!-- report:{name} start -->", f"<!-- report:{name} end -->"
-    text = doc.read_text(encoding="utf-8") if doc.exists() else ""
-    section = f"{start}\n{body.strip()}\n{end}"
-    if start in text and end in text.split(start, 1)[1]:
-        before, rest = text.split(start, 1)
-        text = before + section + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    doc.write_text(text, encoding="utf-8")
+    write_section(doc, f"<!-- report:{name} start -->", f"<!-- report:{name} end -->", body)
