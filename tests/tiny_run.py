@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -122,16 +123,28 @@ def start_child(
     )
 
 
-def wait_for(path: Path, proc: subprocess.Popen[str], limit_s: float = 300) -> None:
-    """Block until `path` exists; fail if the child exits first (a guard, not a timing test)."""
+def wait_until(
+    check: Callable[[], bool],
+    proc: subprocess.Popen[str] | None = None,
+    what: str = "the condition",
+    limit_s: float = 300,
+) -> None:
+    """Block until check() holds; fail if the child `proc` exits first (a guard, not a timing
+    test)."""
     deadline = time.monotonic() + limit_s
-    while not path.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"the child exited ({proc.returncode}): {proc.stdout.read()}")  # type: ignore[union-attr]
+    while not check():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the child exited ({proc.returncode}): {proc.communicate()[0]}")
         if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"{path} did not appear")
+            if proc is not None:
+                proc.kill()
+            raise AssertionError(f"{what} did not hold within {limit_s} s")
         time.sleep(0.05)
+
+
+def wait_for(path: Path, proc: subprocess.Popen[str], limit_s: float = 300) -> None:
+    """Block until `path` exists; fail if the child exits first."""
+    wait_until(path.exists, proc, f"{path} exists", limit_s)
 
 
 def run_cli(overrides: list[str], run_dir: Path) -> subprocess.CompletedProcess[str]:

@@ -20,8 +20,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -36,6 +34,7 @@ from tests.tiny_run import (
     compose_train,
     tiny_overrides,
     wait_for,
+    wait_until,
     write_slice,
 )
 
@@ -98,15 +97,6 @@ def train_records(run: Path) -> list[int]:
     text = log.read_text() if log.exists() else ""
     lines = text.split("\n")[:-1]  # whole lines: the one being written has no newline yet
     return [json.loads(x)["step"] for x in lines if '"type": "train"' in x]
-
-
-def wait_until(check: Callable[[], bool], proc: subprocess.Popen[str] | None = None) -> None:
-    """Block until check() holds; fail if the child exits first (a guard, not a timing test)."""
-    deadline = time.monotonic() + 300
-    while not check():
-        assert proc is None or proc.poll() is None, proc and proc.communicate()[0]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def terminal_job() -> None:
