@@ -13,8 +13,8 @@ def replace_section(text: str, start: str, end: str, body: str) -> str:
     the markers and `body` appended when `text` lacks them (an `end` before `start` counts as
     absent)."""
     section = f"{start}\n{body.strip()}\n{end}"
-    if start in text and end in text.split(start, 1)[1]:
-        before, rest = text.split(start, 1)
+    before, found, rest = text.partition(start)
+    if found and end in rest:
         return before + section + rest.split(end, 1)[1]
     return text.rstrip() + "\n\n" + section + "\n"
 
