@@ -254,6 +254,15 @@ def run_engine(engine: str, cfg: TrainConfig, steps: int) -> dict[str, Any]:
     }
 
 
+def engine_env(engine: str, threads: int) -> dict[str, str]:
+    """An engine's child process environment: its threads, this checkout on the path, and for
+    Marian oneDNN's default caches, as users run it (ours caps them: kernels/onednn.py)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
+    if engine != "ours":
+        env.update(ONEDNN_DEFAULT_CACHES)
+    return env
+
+
 def child(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run one engine in a fresh Python process (its own peak RSS); returns its result."""
     cmd = [
@@ -276,9 +285,7 @@ def child(engine: str, args: argparse.Namespace) -> dict[str, Any]:
         "--rdrop-alpha",
         str(args.rdrop_alpha),
     ] + (["--compile"] if args.compile else [])
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
-    if engine != "ours":  # as users run them: oneDNN's default caches (ours: onednn.py)
-        env.update(ONEDNN_DEFAULT_CACHES)
+    env = engine_env(engine, args.threads)
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{engine} failed:\n{out.stderr[-3000:]}")

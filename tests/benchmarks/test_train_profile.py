@@ -1,0 +1,70 @@
+"""benchmarks/train_profile.py: the kind of each op by its name, and the phase of each profiled
+op from the frames around it (a real profile of a forward, backward and AdamW step)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def train_profile() -> ModuleType:
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("train_profile", BENCH / "train_profile.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("mkldnn::_linear_pointwise", "matmul"),
+        ("aten::addmm", "matmul"),
+        ("aten::mm", "matmul"),
+        ("aten::_scaled_dot_product_flash_attention_for_cpu", "attention"),
+        ("aten::bmm", "attention"),
+        ("aten::_softmax_backward_data", "attention"),
+        ("aten::_log_softmax_backward_data", "loss and softmax"),
+        ("aten::nll_loss_forward", "loss and softmax"),
+        ("aten::native_layer_norm_backward", "layer norm"),
+        ("aten::_fused_adamw_", "optimizer math"),
+        ("aten::native_dropout", "dropout"),
+        ("aten::copy_", "copies and casts"),
+        ("aten::index_select", "indexing"),
+        ("aten::threshold_backward", "other elementwise"),
+        ("aten::empty", "other"),
+    ],
+)
+def test_kind_of_names_each_op_kind(train_profile: ModuleType, name: str, kind: str) -> None:
+    assert train_profile.kind_of(name) == kind
+
+
+def test_phase_of_tells_forward_backward_and_optimizer(train_profile: ModuleType) -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(8, 8)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function("forward"):
+            loss = layer(torch.randn(4, 8)).square().sum()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(layer.parameters(), 1.0)
+        optimizer.step()
+    phases: dict[str, set[str]] = {}
+    for event in prof.events():
+        phases.setdefault(train_profile.phase_of(event), set()).add(event.name)
+    assert "aten::addmm" in phases["forward"]
+    assert any(name.startswith("autograd::engine") for name in phases["backward"])
+    assert any("mm" in name for name in phases["backward"])  # the gradients' products
+    assert phases["optimizer"]  # AdamW's own ops
+    assert not phases["optimizer"] & {"aten::addmm"}
+    assert "clip and rest" in phases  # clipping's norm, outside forward, backward and step
