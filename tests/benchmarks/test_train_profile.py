@@ -3,8 +3,6 @@ op from the frames around it (a real profile of a forward, backward and AdamW st
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,13 +13,11 @@ from torch.profiler import ProfilerActivity, profile
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-@pytest.fixture(scope="module")
-def train_profile() -> ModuleType:
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("train_profile", BENCH / "train_profile.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+@pytest.fixture
+def train_profile(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import train_profile as module
+
     return module
 
 
