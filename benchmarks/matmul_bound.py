@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_throughput as tt
 from common import command, multi30k_root, update_doc, write_json
 
-from seq2seq.config.schema import Precision
+from seq2seq.config.schema import Precision, TrainConfig
 from seq2seq.train.flops import cpu_peak_tflops
 from seq2seq.train.trainer import DTYPES
 
@@ -48,10 +48,22 @@ def matmul_flops(event: Any) -> int:
     return 2 * a[0] * a[1] * b[1]
 
 
+def bench_config(args: argparse.Namespace, precision: str) -> TrainConfig:
+    """train_throughput.py's config at its default settings (plain step, no R-Drop), in
+    `precision`, with this script's --data and --threads."""
+    fixed = {
+        "precision": precision,
+        "compile": False,
+        "max_tokens": 4096,
+        "dropout": 0.1,
+        "rdrop_alpha": 0.0,
+    }
+    return tt.train_config(argparse.Namespace(**{**vars(args), **fixed}))
+
+
 def measure(args: argparse.Namespace, precision: str) -> dict[str, float]:
     """Matmul FLOPs and seconds per step of our step, the peak, and the tokens/s ceiling."""
-    fixed = {"precision": precision, "compile": False, "max_tokens": 4096, "dropout": 0.1}
-    cfg = tt.train_config(argparse.Namespace(**{**vars(args), **fixed}))
+    cfg = bench_config(args, precision)
     batches, vocab = tt.first_batches(cfg, args.warmup + args.steps)
     with tempfile.TemporaryDirectory() as run_dir:
         step, _ = tt.engine_step("ours", cfg, vocab, Path(run_dir))

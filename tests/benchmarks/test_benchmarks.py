@@ -299,3 +299,21 @@ def test_decode_report_shows_both_backends_and_ctranslate2s_figure(
     assert "| CTranslate2 float32 (CT2_USE_MKL=1) | 162.0 |" in text
     assert "CTranslate2 float32 371.0 sent/s with CT2_USE_MKL=0 (ours 0.27x)" in text
     assert "beam5_natural 98%" in text  # both backends count among the float32 engines
+
+
+def test_matmul_bound_builds_train_throughputs_plain_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """matmul_bound.py gives train_throughput.train_config every setting it reads (a new one
+    there once broke it): the plain step, in each precision."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import argparse
+
+    import matmul_bound
+
+    args = argparse.Namespace(data=str(tmp_path), steps=1, warmup=0, threads=2, no_doc=True)
+    for precision in matmul_bound.PRECISIONS:
+        cfg = matmul_bound.bench_config(args, precision)
+        assert cfg.trainer.precision.value == precision
+        assert cfg.trainer.rdrop_alpha == 0
+        assert not cfg.trainer.compile

@@ -3,6 +3,7 @@ op from the frames around it (a real profile of a forward, backward and AdamW st
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -64,3 +65,14 @@ def test_phase_of_tells_forward_backward_and_optimizer(train_profile: ModuleType
     assert phases["optimizer"]  # AdamW's own ops
     assert not phases["optimizer"] & {"aten::addmm"}
     assert "clip and rest" in phases  # clipping's norm, outside forward, backward and step
+
+
+def test_arguments_give_train_throughputs_config_every_setting(
+    train_profile: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    argv = ["train_profile.py", "--data", str(tmp_path), "--precision", "bf16"]
+    monkeypatch.setattr(sys, "argv", argv)
+    cfg = train_profile.tt.train_config(train_profile.arguments())
+    assert cfg.trainer.precision.value == "bf16"
+    assert cfg.trainer.rdrop_alpha == 0
+    assert cfg.trainer.max_tokens == 4096
