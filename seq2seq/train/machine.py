@@ -53,14 +53,24 @@ def cpu_flags() -> list[str]:
     return [flag for flag in SPEED_FLAGS if flag in have]
 
 
+def cpu_id() -> str:
+    """'family 25 model 17': which CPU of its line this is, as /proc/cpuinfo numbers it (boxes
+    sold under one model name, "AMD EPYC", can differ); empty where it does not say."""
+    info = _cpuinfo()
+    if "cpu family" not in info or "model" not in info:
+        return ""
+    return f"family {info['cpu family']} model {info['model']}"
+
+
 def describe() -> dict[str, object]:
-    """CPU model, vendor and speed flags, cores, torch version and threads, GPU (or None),
-    Python, date."""
+    """CPU model, vendor, family/model numbers and speed flags, cores, torch version and
+    threads, GPU (or None), Python, date."""
     import torch
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     return {
         **cpu_info(),
+        "cpu_id": cpu_id(),
         "cpu_flags": cpu_flags(),
         "cores": os.cpu_count(),
         "torch": torch.__version__,
@@ -72,9 +82,13 @@ def describe() -> dict[str, object]:
 
 
 def summary(info: dict[str, object]) -> str:
-    """One line: 'AMD EPYC (AuthenticAMD), 2 cores, torch 2.13.0+cpu (2 threads), Python 3.11.7'
-    (and the GPU)."""
-    vendor = f" ({info['cpu_vendor']})" if info.get("cpu_vendor") else ""
+    """One line: 'AMD EPYC (AuthenticAMD, family 25 model 17; avx2, avx512f), 2 cores, torch
+    2.13.0+cpu (2 threads), Python 3.11.7' (and the GPU); the parts it lacks left out."""
+    about = ", ".join(str(info[k]) for k in ("cpu_vendor", "cpu_id") if info.get(k))
+    flags = info.get("cpu_flags")
+    if isinstance(flags, list) and flags:
+        about += ("; " if about else "") + ", ".join(map(str, flags))
+    vendor = f" ({about})" if about else ""
     gpu = f", {info['gpu']}" if info.get("gpu") else ""
     return (
         f"{info['cpu_model']}{vendor}, {info['cores']} cores, torch {info['torch']} "

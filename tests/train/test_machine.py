@@ -139,6 +139,22 @@ def test_describe_names_the_cpu_cores_and_torch(
     )
 
 
+def test_summary_names_the_family_model_and_speed_flags(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two boxes sold as "AMD EPYC" train at different speeds: the line tells them apart."""
+    cpuinfo = X86_CPUINFO.replace("cpu family\t: 25\n", "cpu family\t: 25\nmodel\t\t: 17\n")
+    machine_reads(monkeypatch, tmp_path, cpuinfo, None)
+    info = machine.describe()
+    assert info["cpu_id"] == "family 25 model 17"
+    assert info["cpu_flags"] == ["avx2"]
+    assert machine.summary(info).startswith(
+        "AMD EPYC 7763 64-Core Processor (AuthenticAMD, family 25 model 17; avx2), "
+    )
+    machine_reads(monkeypatch, tmp_path, X86_CPUINFO, None)  # no model number: no id
+    assert machine.cpu_id() == ""
+
+
 def test_importing_it_loads_no_torch() -> None:
     """The CTranslate2 benchmark worker imports it and must not load torch."""
     code = "import sys, seq2seq.train.machine; print('torch' in sys.modules)"
