@@ -60,19 +60,27 @@ def kind_of(name: str) -> str:
     return "other"
 
 
-def phase_of(event: Any) -> str:
-    """The phase of a profiled event, from the frames around it."""
-    node, names = event, []
+# our fused output layer + loss (seq2seq/kernels/loss.py): its softmax and elementwise ops are
+# the loss's, not attention's or anything else's (its products stay matmuls)
+LOSS_FRAMES = ("_LinearSmoothedNLL", "_LinearRDrop")
+
+
+def classify(event: Any) -> tuple[str, str]:
+    """The phase and kind of a profiled event, from its name and the frames around it."""
+    names, node = [], event
     while node is not None:
         names.append(node.name)
         node = node.cpu_parent
+    kind = kind_of(event.name)
+    if kind != "matmul" and any(n in LOSS_FRAMES for n in names):
+        kind = "loss and softmax"
     if any(n.startswith("Optimizer.step") for n in names):
-        return "optimizer"
+        return "optimizer", kind
     if any(n.startswith("autograd::engine::evaluate_function") for n in names):
-        return "backward"
-    if any(n == "forward" for n in names):
-        return "forward"
-    return "clip and rest"
+        return "backward", kind
+    if "forward" in names:
+        return "forward", kind
+    return "clip and rest", kind
 
 
 def profile_engine(engine: str, cfg: Any, steps: int, warmup: int) -> dict[str, Any]:
@@ -92,7 +100,7 @@ def profile_engine(engine: str, cfg: Any, steps: int, warmup: int) -> dict[str, 
     for event in prof.events():
         if event.self_cpu_time_total <= 0 or event.name == "forward":
             continue
-        table[(phase_of(event), kind_of(event.name))] += event.self_cpu_time_total / 1e3 / steps
+        table[classify(event)] += event.self_cpu_time_total / 1e3 / steps
         ops[event.name] += event.self_cpu_time_total / 1e3 / steps
     return {
         "engine": engine,
@@ -105,7 +113,7 @@ def profile_engine(engine: str, cfg: Any, steps: int, warmup: int) -> dict[str, 
 @contextmanager
 def label_forward(engine: str) -> Iterator[None]:
     """Wraps the loss's forward in a profiler frame named 'forward' (ours: the model's forward,
-    Marian: its model call), so that phase_of can tell the forward from clipping."""
+    Marian: its model call), so that classify can tell the forward from clipping."""
     if engine == "ours":
         from seq2seq.model.transformer import EncoderDecoder
 

@@ -46,7 +46,7 @@ def test_kind_of_names_each_op_kind(train_profile: ModuleType, name: str, kind: 
     assert train_profile.kind_of(name) == kind
 
 
-def test_phase_of_tells_forward_backward_and_optimizer(train_profile: ModuleType) -> None:
+def test_classify_tells_forward_backward_and_optimizer(train_profile: ModuleType) -> None:
     torch.manual_seed(0)
     layer = torch.nn.Linear(8, 8)
     optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1)
@@ -58,7 +58,7 @@ def test_phase_of_tells_forward_backward_and_optimizer(train_profile: ModuleType
         optimizer.step()
     phases: dict[str, set[str]] = {}
     for event in prof.events():
-        phases.setdefault(train_profile.phase_of(event), set()).add(event.name)
+        phases.setdefault(train_profile.classify(event)[0], set()).add(event.name)
     assert "aten::addmm" in phases["forward"]
     assert any(name.startswith("autograd::engine") for name in phases["backward"])
     assert any("mm" in name for name in phases["backward"])  # the gradients' products
@@ -76,3 +76,18 @@ def test_arguments_give_train_throughputs_config_every_setting(
     assert cfg.trainer.precision.value == "bf16"
     assert cfg.trainer.rdrop_alpha == 0
     assert cfg.trainer.max_tokens == 4096
+
+
+def test_classify_counts_our_fused_losss_softmax_as_loss(train_profile: ModuleType) -> None:
+    """Inside kernels.output_loss (CPU path) the softmax is the loss's; its products stay
+    matmuls."""
+    from seq2seq.kernels import output_loss
+
+    torch.manual_seed(0)
+    hidden = torch.randn(6, 8, requires_grad=True)
+    weight = torch.randn(11, 8, requires_grad=True)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        output_loss(hidden, weight, torch.randint(0, 11, (6,)), 0.1)
+    kinds = {e.name: train_profile.classify(e)[1] for e in prof.events()}
+    assert kinds["aten::_softmax"] == "loss and softmax"
+    assert "matmul" in kinds.values()
