@@ -57,6 +57,7 @@ def bench_config(args: argparse.Namespace, precision: str) -> TrainConfig:
         "max_tokens": 4096,
         "dropout": 0.1,
         "rdrop_alpha": 0.0,
+        "device": "cpu",
     }
     return tt.train_config(argparse.Namespace(**{**vars(args), **fixed}))
 

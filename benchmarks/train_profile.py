@@ -197,6 +197,7 @@ def arguments() -> argparse.Namespace:
     args.data = str(Path(args.data).resolve())
     # train_throughput's settings that this benchmark does not vary
     args.max_tokens, args.dropout, args.compile, args.rdrop_alpha = 4096, 0.1, False, 0.0
+    args.device = "cpu"
     return args
 
 

@@ -1,7 +1,8 @@
 """Training throughput: our Trainer's step against Hugging Face's MarianMTModel, same batches.
 
     python benchmarks/train_throughput.py [--data DIR] [--repeats 5] [--steps 10] [--threads 2]
-        [--precision fp32|bf16] [--dropout 0.1] [--max-tokens 4096] [--rdrop-alpha 0] [--no-doc]
+        [--precision fp32|bf16] [--dropout 0.1] [--max-tokens 4096] [--rdrop-alpha 0]
+        [--device cpu|cuda] [--no-doc]
 
 Both engines: d=256, 3+3 layers, 4 heads, FFN 1024, post-norm, ReLU, scaled embeddings, tied joint
 sentencepiece BPE vocabulary of 8000 (trained on Multi30k train, cached), dropout 0.1 (no dropout on
@@ -9,14 +10,15 @@ the FFN's hidden units: our model.ffn_dropout, Marian's activation_dropout), lab
 cross-entropy per target token (ours: the Trainer's fused output layer and loss; Marian: logits,
 then PyTorch's F.cross_entropy with label_smoothing, the same function; Marian runs with sdpa
 attention, HF's default, and with eager; the speed-up is over the faster), AdamW with the same
-warmup + inverse-sqrt schedule, clipping 1.0, on the CPU (fp32, or bf16 autocast for both). The
-batches are the first of epoch 0 as the Trainer draws them (length-bucketed, --max-tokens padded
-tokens), collated before timing. Each engine runs in its own child process (for its peak RSS); the
-repeats alternate the order of the engines. Marian starts from our model's initial weights
-(seq2seq/export/huggingface.py, the converter decode_setup.py exports with). The premise is checked
-before any timing is reported: a failed copy aborts the run, and so does an eval-mode loss of the
-first batch at step 0 that differs between ours and either Marian by more than LOSS_TOLERANCE.
-Medians go to benchmarks/results/train_throughput.json and docs/BENCHMARKS.md (train_throughput).
+warmup + inverse-sqrt schedule, clipping 1.0, on the CPU (fp32, or bf16 autocast for both; --device
+cuda: on the GPU). The batches are the first of epoch 0 as the Trainer draws them (length-bucketed,
+--max-tokens padded tokens), collated before timing. Each engine runs in its own child process (for
+its peak RSS); the repeats alternate the order of the engines. Marian starts from our model's
+initial weights (seq2seq/export/huggingface.py, the converter decode_setup.py exports with). The
+premise is checked before any timing is reported: a failed copy aborts the run, and so does an
+eval-mode loss of the first batch at step 0 that differs between ours and either Marian by more than
+LOSS_TOLERANCE. Medians go to benchmarks/results/train_throughput.json and docs/BENCHMARKS.md
+(train_throughput).
 
 --compile-vs-eager times trainer.compile against eager on the same fixed-shape batches instead
 (ours only; benchmarks/compile_vs_eager.py says how), as train_compile[_bf16].
@@ -27,6 +29,12 @@ forward passes and the same loss written out on its full logits (the mean of the
 label-smoothed losses + A x the symmetric KL, F.kl_div both ways over the non-pad tokens, / 2).
 Its results are train_throughput_rdrop[_bf16] (JSON and docs/BENCHMARKS.md), beside the plain
 step's.
+
+--device cuda runs both engines on the GPU (each step synchronized before its clock is read; bf16
+is CUDA autocast) and adds the model FLOPs utilisation: each step's FLOPs (seq2seq.train.flops,
+the same batches for every engine) over its seconds, against the GPU's peak for the precision
+(flops.peak_tflops: dense bf16 tensor cores, or plain fp32 without TF32, PyTorch's default).
+Its results are train_throughput_cuda[_bf16].
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ from hydra import compose, initialize_config_dir
 from seq2seq.config.schema import CONFIG_DIR, TrainConfig, register_configs
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.train.flops import gpu_peak_tflops
 
 # the premise: first-batch eval-mode losses of ours and Marian at the same initial weights agree
 LOSS_TOLERANCE = 1e-5
@@ -85,7 +94,7 @@ def train_config(args: argparse.Namespace, extra: list[str] | None = None) -> Tr
         "optim.clip_norm=1.0",
         f"trainer.max_tokens={args.max_tokens}",
         f"trainer.threads={args.threads}",
-        "trainer.device=cpu",
+        f"trainer.device={args.device}",
         "trainer.label_smoothing=0.1",
         "trainer.progress=false",
         f"trainer.precision={args.precision}",
@@ -127,7 +136,7 @@ def hf_logits(model: Any, batch: Batch) -> torch.Tensor:
 
 def hf_loss(model: Any, batch: Batch, smoothing: float, bf16: bool) -> tuple[Any, Any]:
     """Marian's summed label-smoothed loss of `batch` and its (N, V) float32 logits."""
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    with torch.autocast(batch.src.device.type, dtype=torch.bfloat16, enabled=bf16):
         logits = hf_logits(model, batch).flatten(0, 1).float()  # (B T, V)
     loss = F.cross_entropy(  # the label-smoothed loss as PyTorch ships it (equal to ours)
         logits,
@@ -222,7 +231,9 @@ def engine_step(engine: str, cfg: TrainConfig, vocab: int, run_dir: Path) -> tup
         load_into(model, build_model(cfg, vocab, vocab))
     except (KeyError, AttributeError, RuntimeError) as err:  # no comparison without the premise
         raise SystemExit(f"cannot copy our initial weights into Marian: {err!r}") from err
-    optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))
+    device = torch.device(cfg.trainer.device)
+    model.to(device)
+    optimizer, scheduler = build_optimizer(model, cfg.optim, device)
     bf16, alpha = cfg.trainer.precision.value == "bf16", cfg.trainer.rdrop_alpha
     return (
         lambda b: hf_step(model, optimizer, scheduler, b, smoothing, bf16, alpha),
@@ -235,23 +246,52 @@ def run_engine(engine: str, cfg: TrainConfig, steps: int) -> dict[str, Any]:
     optimizer steps of `engine` on the first batches of epoch 0; returns per-step seconds,
     losses, token counts and the peak RSS."""
     batches, vocab = first_batches(cfg, steps)
+    device = torch.device(cfg.trainer.device)
+    batches = [b.to(device) for b in batches]  # before timing (ours would move them itself)
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     with tempfile.TemporaryDirectory() as run_dir:
         step, evaluate = engine_step(engine, cfg, vocab, Path(run_dir))
         initial = evaluate(batches[0])
         seconds, losses = [], []
         for batch in batches:
+            sync()
             start = time.perf_counter()
             losses.append(float(step(batch)))
+            sync()  # the optimizer's kernels may still be queued after the loss's .item()
             seconds.append(time.perf_counter() - start)
+    gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else 0.0
+    flops = step_flops(cfg, vocab, batches)  # after training: building a model draws numbers
     return {
         "engine": engine,
         "seconds": seconds,
         "losses": losses,
         "rss_mb": peak_rss_mb(),
+        "gpu_mb": gpu_mb,
+        "flops": flops,
         "initial_eval_loss": initial,
         "src_tokens": [b.src_tokens for b in batches],
         "tgt_tokens": [b.tgt_tokens for b in batches],
     }
+
+
+def step_flops(cfg: TrainConfig, vocab: int, batches: list[Batch]) -> list[float]:
+    """Each batch's training FLOPs (seq2seq.train.flops) for the benchmark's model, the same for
+    every engine: the engines compute the same function (check_premise)."""
+    from seq2seq.model.transformer import build_model
+    from seq2seq.train.flops import FlopCounter
+
+    m = cfg.model
+    counter = FlopCounter(
+        build_model(cfg, vocab, vocab),
+        m.d_model,
+        (m.enc_layers, m.dec_layers),
+        vocab,
+        passes=2 if cfg.trainer.rdrop_alpha > 0 else 1,
+    )
+    return [
+        counter.batch(b.src_tokens, b.tgt_tokens, b.src.shape[1], b.tgt_out.shape[1])
+        for b in batches
+    ]
 
 
 def engine_env(engine: str, threads: int) -> dict[str, str]:
@@ -284,6 +324,8 @@ def child(engine: str, args: argparse.Namespace) -> dict[str, Any]:
         str(args.dropout),
         "--rdrop-alpha",
         str(args.rdrop_alpha),
+        "--device",
+        args.device,
     ] + (["--compile"] if args.compile else [])
     env = engine_env(engine, args.threads)
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
@@ -307,17 +349,23 @@ def check_premise(runs: dict[str, list[dict[str, Any]]]) -> float:
     return max(gaps.values())
 
 
-def summarise(runs: list[dict[str, Any]], warmup: int) -> dict[str, float]:
-    """Medians over the repeats of one engine (the first `warmup` steps of each left out)."""
+def summarise(runs: list[dict[str, Any]], warmup: int, peak: float = 0.0) -> dict[str, float]:
+    """Medians over the repeats of one engine (the first `warmup` steps of each left out);
+    `peak`: the device's TFLOP/s for the MFU (0: none)."""
     per_run = []
     for r in runs:
         secs = sum(r["seconds"][warmup:])
         src, tgt = sum(r["src_tokens"][warmup:]), sum(r["tgt_tokens"][warmup:])
-        per_run.append((secs / len(r["seconds"][warmup:]), (src + tgt) / secs, tgt / secs))
+        tflops = sum(r["flops"][warmup:]) / secs / 1e12
+        per_run.append((secs / len(r["seconds"][warmup:]), (src + tgt) / secs, tgt / secs, tflops))
+    tflops = median([p[3] for p in per_run])
     return {
         "s_per_step": median([p[0] for p in per_run]),
         "src_tgt_tokens_per_s": median([p[1] for p in per_run]),
         "tgt_tokens_per_s": median([p[2] for p in per_run]),
+        "tflops": tflops,
+        "mfu": tflops / peak if peak > 0 else 0.0,
+        "peak_gpu_mb": median([r.get("gpu_mb", 0.0) for r in runs]),
         "peak_rss_mb": median([r["rss_mb"] for r in runs]),
         "final_loss": runs[0]["losses"][-1],
         "initial_eval_loss": runs[0]["initial_eval_loss"],
@@ -326,16 +374,18 @@ def summarise(runs: list[dict[str, Any]], warmup: int) -> dict[str, float]:
 
 def report(result: dict[str, Any]) -> str:
     """The Markdown body of the docs/BENCHMARKS.md section."""
-    ours = result["ours"]
+    ours, gpu = result["ours"], result.get("device", "cpu") == "cuda"
+    extra = " MFU | peak GPU memory (MB) |" if gpu else ""
     rows = [
-        "| engine | src+tgt tokens/s | target tokens/s | s/step | peak RSS (MB) | loss at "
-        f"step {result['steps_total']} |",
-        "|---|---|---|---|---|---|",
+        "| engine | src+tgt tokens/s | target tokens/s | s/step | model TFLOP/s | peak RSS (MB) "
+        f"| loss at step {result['steps_total']} |{extra}",
+        "|---|---|---|---|---|---|---|" + ("---|---|" if gpu else ""),
     ]
     for name, r in ((NAMES[e], result[e]) for e in ENGINES):
         speed = f"{r['src_tgt_tokens_per_s']:,.0f} | {r['tgt_tokens_per_s']:,.0f}"
-        cost = f"{r['s_per_step']:.3f} | {r['peak_rss_mb']:,.0f} | {r['final_loss']:.3f}"
-        rows.append(f"| {name} | {speed} | {cost} |")
+        cost = f"{r['s_per_step']:.3f} | {r['tflops']:.3f} | {r['peak_rss_mb']:,.0f}"
+        cells = f" {r['mfu']:.2%} | {r['peak_gpu_mb']:,.0f} |" if gpu else ""
+        rows.append(f"| {name} | {speed} | {cost} | {r['final_loss']:.3f} |{cells}")
     curves = "\n".join(
         f"- {e}: " + ", ".join(f"{x:.3f}" for x in result["loss_curves"][e]) for e in ENGINES
     )
@@ -349,7 +399,14 @@ def report(result: dict[str, Any]) -> str:
             else ""
         )
         + ("ours torch.compile'd, " if result.get("compile") else "")
-        + f"{result['threads']} threads. Medians of {result['repeats']} repeats (engine order "
+        + (
+            f"on the GPU (MFU against its datasheet peak, {result['peak_tflops']:g} TFLOP/s in "
+            f"{result['precision']}), "
+            if gpu
+            else f"{result['threads']} threads, "
+        )
+        + "model TFLOP/s from seq2seq.train.flops' count of each batch. "
+        f"Medians of {result['repeats']} repeats (engine order "
         "alternating, each in its own process) of "
         f"{result['steps']} timed steps after {result['warmup']} warm-up steps.\n\n"
         + "\n".join(rows)
@@ -379,7 +436,7 @@ def arguments() -> argparse.Namespace:
         "--precision",
         choices=("fp32", "bf16"),
         default="fp32",
-        help="both engines (bf16: CPU autocast)",
+        help="both engines (bf16: autocast)",
     )
     parser.add_argument("--dropout", type=float, default=0.1, help="0: loss curves must agree")
     parser.add_argument("--compile", action="store_true", help="ours: trainer.compile=true")
@@ -388,6 +445,9 @@ def arguments() -> argparse.Namespace:
         type=float,
         default=0.0,
         help="> 0: the step with R-Drop on both sides (ours: trainer.rdrop_alpha)",
+    )
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="both engines (cuda: + MFU)"
     )
     parser.add_argument("--engine", choices=ENGINES, help="(internal) run one engine, print JSON")
     parser.add_argument(
@@ -410,8 +470,10 @@ def arguments() -> argparse.Namespace:
 def doc_name(args: argparse.Namespace) -> tuple[str, str]:
     """The results' name (JSON file, docs/BENCHMARKS.md section) and the section's title."""
     name = "train_throughput" + ("_rdrop" if args.rdrop_alpha > 0 else "")
+    name += "_cuda" if args.device == "cuda" else ""
     name += "" if args.precision == "fp32" else f"_{args.precision}"
-    title = f"Training throughput: seq2seq vs HF Marian ({args.precision})"
+    where = ", CUDA" if args.device == "cuda" else ""
+    title = f"Training throughput: seq2seq vs HF Marian ({args.precision}{where})"
     if args.rdrop_alpha > 0:
         title += f", R-Drop alpha {args.rdrop_alpha}"
     return name, title
@@ -440,7 +502,11 @@ def main() -> None:
             gap = check_premise(runs)
         for engine in ENGINES:
             print(f"repeat {repeat + 1} {engine}: {runs[engine][-1]['seconds']}", flush=True)
-    result: dict[str, Any] = {e: summarise(runs[e], args.warmup) for e in ENGINES}
+    peak = 0.0
+    if args.device == "cuda":
+        dtype = torch.float32 if args.precision == "fp32" else torch.bfloat16
+        peak = gpu_peak_tflops(torch.cuda.get_device_name(), dtype)
+    result: dict[str, Any] = {e: summarise(runs[e], args.warmup, peak) for e in ENGINES}
     hf_best = max(ENGINES[1:], key=lambda e: result[e]["src_tgt_tokens_per_s"])
     speedup = result["ours"]["src_tgt_tokens_per_s"] / result[hf_best]["src_tgt_tokens_per_s"]
     result.update(
@@ -458,6 +524,8 @@ def main() -> None:
         dropout=args.dropout,
         compile=args.compile,
         rdrop_alpha=args.rdrop_alpha,
+        device=args.device,
+        peak_tflops=peak,
     )
     print(json.dumps(result, indent=2))
     if not args.no_doc:

@@ -38,22 +38,44 @@ PEAK_TFLOPS = {
     "RTX 4090": 165.0,
     "RTX 3090": 71.0,
 }
+# Plain float32 peaks (CUDA cores, no TF32: PyTorch's default for float32 matmuls), the vendors'
+# datasheets; training in fp32 is measured against these, not against the bf16 tensor cores.
+PEAK_FP32_TFLOPS = {
+    "H200": 67.0,
+    "H100 PCIe": 51.0,
+    "H100": 67.0,
+    "A100": 19.5,
+    "A10G": 31.2,
+    "A10": 31.2,
+    "L40S": 91.6,
+    "L4": 30.3,
+    "V100": 15.7,
+    "T4": 8.1,
+    "RTX 4090": 82.6,
+    "RTX 3090": 35.6,
+}
 
 
 def peak_tflops(
     device: torch.device, configured: float = 0.0, dtype: torch.dtype = torch.float32
 ) -> float:
-    """`configured` when positive, else the table's value for this GPU (first name that
-    matches; 0 for an unknown GPU: MFU is then not logged), else on the CPU its measured matmul
-    peak in `dtype` (cpu_peak_tflops)."""
+    """`configured` when positive, else for a GPU the table's value for its name and `dtype`
+    (first name that matches; 0 for an unknown GPU: MFU is then not logged), else on the CPU
+    its measured matmul peak in `dtype` (cpu_peak_tflops)."""
     if configured > 0:
         return configured
     if device.type == "cpu":
         return cpu_peak_tflops(dtype)
     if device.type != "cuda":
         return 0.0
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in PEAK_TFLOPS.items() if key in name), 0.0)
+    return gpu_peak_tflops(torch.cuda.get_device_name(device), dtype)
+
+
+def gpu_peak_tflops(name: str, dtype: torch.dtype) -> float:
+    """The datasheet peak of the GPU called `name` in `dtype` (float32: PEAK_FP32_TFLOPS, else
+    the tensor cores' PEAK_TFLOPS); 0 when no key of the table is in the name."""
+    table = PEAK_FP32_TFLOPS if dtype == torch.float32 else PEAK_TFLOPS
+    return next((peak for key, peak in table.items() if key in name), 0.0)
 
 
 @functools.cache

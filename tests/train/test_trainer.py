@@ -19,7 +19,13 @@ from seq2seq.data.batching import Batch, collate
 from seq2seq.kernels import onednn
 from seq2seq.train.build import build_trainer
 from seq2seq.train.checkpoint import load_checkpoint
-from seq2seq.train.flops import FlopCounter, Throughput, cpu_peak_tflops, peak_tflops
+from seq2seq.train.flops import (
+    FlopCounter,
+    Throughput,
+    cpu_peak_tflops,
+    gpu_peak_tflops,
+    peak_tflops,
+)
 from seq2seq.train.run import train
 from seq2seq.train.trainer import Trainer
 from seq2seq.train.validation import log_positional_images
@@ -224,6 +230,17 @@ def test_peak_tflops_is_measured_once_and_a_configured_peak_wins(
     assert peak_tflops(cpu) == pytest.approx(want, rel=1e-6)
     assert script.calls == 9  # cached
     assert peak_tflops(torch.device("meta")) == 0.0  # unknown device: no MFU
+
+
+def test_gpu_peak_depends_on_the_precision_and_the_most_specific_name() -> None:
+    """Catches fp32 training measured against the bf16 tensor cores' peak (a 15x smaller MFU on
+    an H100), and a PCIe card matched as its SXM sibling."""
+    assert gpu_peak_tflops("NVIDIA H100 80GB HBM3", torch.bfloat16) == 989.0
+    assert gpu_peak_tflops("NVIDIA H100 80GB HBM3", torch.float32) == 67.0
+    assert gpu_peak_tflops("NVIDIA H100 PCIe", torch.bfloat16) == 756.0
+    assert gpu_peak_tflops("NVIDIA H100 PCIe", torch.float32) == 51.0
+    assert gpu_peak_tflops("NVIDIA A100-SXM4-40GB", torch.float16) == 312.0
+    assert gpu_peak_tflops("Some Future GPU", torch.bfloat16) == 0.0  # unknown: no MFU
 
 
 def test_mfu_and_padding_efficiency_over_a_window(monkeypatch: pytest.MonkeyPatch) -> None:
