@@ -297,7 +297,8 @@ def step_flops(cfg: TrainConfig, vocab: int, batches: list[Batch]) -> list[float
 def engine_env(engine: str, threads: int) -> dict[str, str]:
     """An engine's child process environment: its threads, this checkout on the path, and for
     Marian oneDNN's default caches, as users run it (ours caps them: kernels/onednn.py)."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": path}
     if engine != "ours":
         env.update(ONEDNN_DEFAULT_CACHES)
     return env

@@ -211,14 +211,16 @@ def data_fingerprint(*columns: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-def rng_state() -> dict[str, Any]:
-    """Python's, torch's CPU and (when in use) CUDA generators, as tensors and plain values."""
+def rng_state(cuda: bool = False) -> dict[str, Any]:
+    """Python's, torch's CPU and (`cuda`: for a run on CUDA) the CUDA generators, as tensors and
+    plain values. A CPU run's state never holds CUDA's, even where something in the process
+    has started CUDA: its checkpoints must not depend on what else the process did."""
     version, internal, gauss_next = random.getstate()
     state: dict[str, Any] = {
         "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if cuda:
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 

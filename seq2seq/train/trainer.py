@@ -464,7 +464,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "train_state": asdict(self.state),
-            "rng": rng_state(),
+            "rng": rng_state(self.device.type == "cuda"),
             "config": OmegaConf.to_container(OmegaConf.structured(self.cfg), enum_to_str=True),
             "tokenizers": {"src": self.src_tok.state(), "tgt": self.tgt_tok.state()},
             "data_fingerprint": self.fingerprint,

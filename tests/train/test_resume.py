@@ -594,6 +594,17 @@ def test_python_random_state_is_stored_as_plain_values(tmp_path: Path) -> None:
     assert torch.equal(got[1], want[1])
 
 
+def test_a_cpu_runs_random_state_holds_no_cuda_generator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Catches a CPU run's checkpoint that stores CUDA's generators when anything else in the
+    process has started CUDA (seen on a GPU machine: a resumed run's checkpoint then lacked
+    the key its straight twin had, and resumes were no longer identical)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert set(rng_state()) == {"python", "torch"}
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [torch.zeros(4)])
+    assert set(rng_state(cuda=True)) == {"python", "torch", "cuda"}
+
+
 def test_make_resume_reuses_the_saved_overrides(tmp_path: Path) -> None:
     (tmp_path / ".hydra").mkdir()  # Hydra's copy: rewritten by every start, refused ones too
     (tmp_path / ".hydra" / "overrides.yaml").write_text("- model=small\n- +trainer.seed=2\n")
