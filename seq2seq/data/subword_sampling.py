@@ -23,6 +23,11 @@ What is sampled is the plan's pairs: the batches are those of the deterministic 
 (epochs.py plans from the prepared group tables), and a sampled segmentation is longer or
 shorter. A batch that sampling has pushed over the token budget is cut again by
 `batching.fit_budget` (token_batches' cut) into passes that fit, in the same optimizer step.
+That is where sampling costs: on the Multi30k En-De recipe at bpe_dropout=0.1 a step held 1.40x
+the target tokens and 1.41x the FLOPs of the plain run's, at 77% real tokens against 94% (the
+sampled lengths in a batch planned on the deterministic ones differ); planning each epoch on its
+sampled lengths would win most of that padding back, at the price of sampling the whole epoch
+before its first batch.
 A sampled side longer than data.max_len (or a source longer than data.train_max_src_len) keeps
 its deterministic ids, as does a side holding an unknown piece (its text is lost: decoding gives
 "⁇"). With data.weights above 1, the copies of a pair drawn in one epoch share its segmentation.
