@@ -11,7 +11,8 @@ int8), against our own searches, text in and text out, on the same sentences.
 2. Decodes the first --sentences lines of --split with beam 5 and greedily in each engine, each
    run in its own process, the repeats alternating the order: ours (seq2seq.Translator, the
    checkpoint's length penalty), CTranslate2 float32 and int8 (SentencePiece in,
-   translate_batch, SentencePiece out; the same beam, batch size and length penalty).
+   translate_batch, SentencePiece out; the same beam, batch size and length penalty), and ours
+   with int8 linear layers (ours_int8: seq2seq-translate quantize=int8).
    CTranslate2 runs twice per compute type, with CT2_USE_MKL=0 (oneDNN) and =1 (MKL): unset,
    it takes MKL on Intel CPUs only, and oneDNN can be much the faster there (issue #29: 371
    against 162 sentences/s on an AMX Xeon). Both are reported, and the faster is CTranslate2's
@@ -43,7 +44,8 @@ ENGINES = ("ours", "ct2_float32", "ct2_int8")
 # CTranslate2's GEMM backend, CT2_USE_MKL: 0 oneDNN, 1 MKL; unset, it takes MKL on Intel CPUs
 # only (its backend.cc). Every CTranslate2 engine runs with each, in a process of its own.
 CT2_BACKENDS = ("0", "1")
-RUNS = ("ours", *(f"{e}_mkl{b}" for e in ENGINES[1:] for b in CT2_BACKENDS))
+# ours_int8: our search with every linear layer in int8 (seq2seq-translate quantize=int8)
+RUNS = ("ours", "ours_int8", *(f"{e}_mkl{b}" for e in ENGINES[1:] for b in CT2_BACKENDS))
 
 
 def split_run(run: str) -> tuple[str, str | None]:
@@ -57,8 +59,8 @@ def worker(run: str, search: str, inputs_path: str) -> None:
     inputs = json.loads(Path(inputs_path).read_text())
     texts, threads, beam = inputs["texts"], inputs["threads"], SEARCHES[search]
     engine, _ = split_run(run)
-    if engine == "ours":
-        decode = ours_decoder(inputs, beam)
+    if engine in ("ours", "ours_int8"):
+        decode = ours_decoder(inputs, beam, "int8" if engine == "ours_int8" else "float32")
     else:
         decode = ct2_decoder(inputs, engine, threads, beam)
     decode(texts[:BATCH])  # warm-up
@@ -68,13 +70,13 @@ def worker(run: str, search: str, inputs_path: str) -> None:
     print(json.dumps({"outputs": out, "seconds": seconds, "peak_rss_mb": peak_rss_mb()}))
 
 
-def ours_decoder(inputs: dict[str, Any], beam: int) -> Any:
+def ours_decoder(inputs: dict[str, Any], beam: int, quantize: str) -> Any:
     import torch
 
     from seq2seq.decode.translator import Translator
 
     torch.set_num_threads(inputs["threads"])
-    translator = Translator.from_checkpoint(inputs["ckpt"], device="cpu")
+    translator = Translator.from_checkpoint(inputs["ckpt"], device="cpu", quantize=quantize)
     method = "beam" if beam > 1 else "greedy"
     return lambda texts: translator.translate(
         texts, method=method, beam_size=beam, batch_size=BATCH

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from seq2seq.cli.app import decode_settings, entry_point
 from seq2seq.config.checks import check_comparison, check_decode
-from seq2seq.config.schema import EvaluateConfig, register_configs
+from seq2seq.config.schema import EvaluateConfig, WeightType, register_configs
 from seq2seq.data.text import DataError, read_lines
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation.comparison import compare_systems, comparison_to_dict, render_comparison
@@ -59,7 +59,12 @@ def read_checkpoint_split(
     from seq2seq.decode.translator import Translator
     from seq2seq.train.corpus import read_split
 
-    translator = Translator.from_checkpoint(ckpt or one_path(cfg.ckpt, "ckpt") or "", cfg.device)
+    if cfg.score_refs and WeightType(cfg.quantize) == WeightType.int8:
+        raise ConfigError(
+            "score_refs=true scores with the model as trained: leave quantize=float32"
+        )
+    path = ckpt or one_path(cfg.ckpt, "ckpt") or ""
+    translator = Translator.from_checkpoint(path, cfg.device, cfg.quantize)
     data = translator.cfg.data
     if cfg.data_root is not None:
         data.root = cfg.data_root

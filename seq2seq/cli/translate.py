@@ -55,7 +55,7 @@ def load_model(cfg: TranslateConfig) -> Translator:
     paths = checkpoints(cfg.ckpt)
     if cfg.attention_dir is not None:
         require_matplotlib()  # before the work, not after it
-    translator = Translator.from_checkpoint(paths, cfg.device)
+    translator = Translator.from_checkpoint(paths, cfg.device, cfg.quantize)
     if cfg.align:
         check_layer(cfg.align_layer, translator.decoder_layers())
     return translator

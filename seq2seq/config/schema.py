@@ -361,6 +361,13 @@ class TrainConfig:
     name: str = "default"  # run name: names the output folder (experiment/*.yaml set it)
 
 
+class WeightType(str, Enum):
+    """quantize (seq2seq-translate, seq2seq-evaluate): the linear layers' weights in decoding."""
+
+    float32 = "float32"  # as trained
+    int8 = "int8"  # int8 weights, inputs quantized per call (seq2seq/decode/quantize.py); CPU
+
+
 @dataclass
 class TranslateConfig:
     """The config of seq2seq-translate (seq2seq/config/translate.yaml)."""
@@ -371,6 +378,9 @@ class TranslateConfig:
     input: str = "-"  # file to translate, one sentence a line ("-" = stdin)
     output: str = "-"  # where to write translations ("-" = stdout)
     device: str = "auto"  # auto | cpu | cuda
+    # int8: decode with int8 linear layers (CPU only; faster or not and its BLEU cost:
+    # docs/BENCHMARKS.md, "int8 decoding")
+    quantize: WeightType = WeightType.float32
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     # append " ||| " and source-target alignment pairs i-j (0-based subword tokens, EOS left
     # out) to each output line: each target token's most attended source token
@@ -415,6 +425,7 @@ class EvaluateConfig:
     ref_logprobs: str | None = None  # score_refs' JSON lines; unset: <split>.ref_logprobs.jsonl
     json: str | None = None  # write the scores as JSON to this path ("-" = stdout)
     device: str = "auto"  # auto | cpu | cuda
+    quantize: WeightType = WeightType.float32  # ckpt / systems: as seq2seq-translate's
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
 

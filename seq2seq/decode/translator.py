@@ -28,11 +28,18 @@ from torch import Tensor
 
 from seq2seq import kernels
 from seq2seq.config.checks import check_decode
-from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, SearchKind, TrainConfig
+from seq2seq.config.schema import (
+    DecodeConfig,
+    LengthPenaltyKind,
+    SearchKind,
+    TrainConfig,
+    WeightType,
+)
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.alignment import check_layer, hard_alignment, translation_attention
 from seq2seq.decode.ensemble import SearchModel
 from seq2seq.decode.load import load_ensemble, load_for_inference
+from seq2seq.decode.quantize import quantize_int8
 from seq2seq.decode.search import translate_ids
 from seq2seq.errors import ConfigError
 from seq2seq.model.transformer import EncoderDecoder
@@ -73,17 +80,26 @@ class Translator:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path | Sequence[str | Path], device: str = "auto"
+        cls,
+        path: str | Path | Sequence[str | Path],
+        device: str = "auto",
+        quantize: WeightType | str = WeightType.float32,
     ) -> Translator:
         """Load a checkpoint (best.pt, last.pt, an average): a CheckpointError names a bad one.
         Several paths make an ensemble (seq2seq/decode/ensemble.py) that decodes with the first
-        one's settings; their tokenizers must be the same."""
+        one's settings; their tokenizers must be the same. quantize="int8": every linear layer
+        in int8 (seq2seq/decode/quantize.py; CPU only)."""
         kernels.setup_process()  # oneDNN's cache caps, before the first product
-        if isinstance(path, (str, Path)):
-            return cls(*load_for_inference(path, device))
-        if len(path) == 1:
-            return cls(*load_for_inference(path[0], device))
-        return cls(*load_ensemble(path, device))
+        weights = WeightType(quantize)
+        if isinstance(path, (str, Path)) or len(path) == 1:
+            one = path if isinstance(path, (str, Path)) else path[0]
+            translator = cls(*load_for_inference(one, device))
+        else:
+            translator = cls(*load_ensemble(path, device))
+        if weights == WeightType.int8:
+            count = quantize_int8(translator.model)
+            log.info("quantize=int8: %d linear layers in int8", count)
+        return translator
 
     def decoder_layers(self) -> int:
         """The model's decoder layers (an ensemble's first model's)."""

@@ -200,6 +200,7 @@ def test_export_speed_runs_ctranslate2_with_both_backends(
     is CTranslate2's figure, and a backend that fails (a build without MKL) leaves the other."""
     assert export_speed.RUNS == (
         "ours",
+        "ours_int8",
         "ct2_float32_mkl0",
         "ct2_float32_mkl1",
         "ct2_int8_mkl0",
@@ -207,6 +208,7 @@ def test_export_speed_runs_ctranslate2_with_both_backends(
     )
     monkeypatch.setenv("CT2_USE_MKL", "1")
     assert "CT2_USE_MKL" not in export_speed.run_env("ours", 2)
+    assert "CT2_USE_MKL" not in export_speed.run_env("ours_int8", 2)
     assert export_speed.run_env("ct2_int8_mkl0", 2)["CT2_USE_MKL"] == "0"
     summary = {
         "ours": {"mean": 200.0},

@@ -16,7 +16,7 @@ import sacrebleu
 
 import seq2seq.cli.evaluate
 from seq2seq.cli.evaluate import check_same_references
-from seq2seq.config.schema import EvaluateConfig, LengthUnit, PairedTest, SearchKind
+from seq2seq.config.schema import EvaluateConfig, LengthUnit, PairedTest, SearchKind, WeightType
 from seq2seq.data.text import DataError
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation.scoring import length_groups
@@ -42,6 +42,15 @@ def config(ckpt: Path, tmp_path: Path, **changes: object) -> EvaluateConfig:
     cfg.decode.method = SearchKind.greedy
     cfg.ref_logprobs = str(tmp_path / "refs.jsonl")
     return cfg
+
+
+def test_int8_scores_the_split_and_refuses_to_score_references(ckpt: Path, tmp_path: Path) -> None:
+    """Catches quantize=int8 not reaching the evaluated model, and reference scoring (teacher
+    forcing through the float output layer) silently run on an int8 model."""
+    scores = seq2seq.cli.evaluate.run(config(ckpt, tmp_path, quantize=WeightType.int8))
+    assert scores["n"] == SIZES["test"]
+    with pytest.raises(ConfigError, match="leave quantize=float32"):
+        seq2seq.cli.evaluate.run(config(ckpt, tmp_path, quantize=WeightType.int8, score_refs=True))
 
 
 def test_by_length_buckets_cover_the_split_and_match_sacrebleu(ckpt: Path, tmp_path: Path) -> None:

@@ -39,6 +39,22 @@ def test_translate_decodes_as_the_run_tested(run: Path) -> None:
     assert translator.translate([src[0], "", src[1]]) == [want[0], "", want[1]]
 
 
+def test_an_int8_translator_quantizes_every_linear_layer(run: Path) -> None:
+    """Catches quantize=int8 ignored by from_checkpoint, or an unknown weight type accepted."""
+    from seq2seq.decode.quantize import Int8Linear
+    from seq2seq.model.layers import Linear
+
+    ckpt = run / "run" / "checkpoints" / "best.pt"
+    translator = Translator.from_checkpoint(ckpt, "cpu", quantize="int8")
+    modules = list(translator.model.modules())
+    assert any(isinstance(m, Int8Linear) for m in modules)
+    assert not any(isinstance(m, Linear) for m in modules)
+    src = (run / "data" / "test.en").read_text(encoding="utf-8").splitlines()[:4]
+    assert len(translator.translate(src)) == 4
+    with pytest.raises(ValueError, match="'int4' is not a valid WeightType"):
+        Translator.from_checkpoint(ckpt, "cpu", quantize="int4")
+
+
 def test_changes_and_nbest(run: Path) -> None:
     translator = Translator.from_checkpoint(run / "run" / "checkpoints" / "best.pt", "cpu")
     src = (run / "data" / "test.en").read_text(encoding="utf-8").splitlines()[:5]
