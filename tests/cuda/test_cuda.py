@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from seq2seq import kernels
-from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, PosKind, SearchKind
+from seq2seq.config.schema import DecodeConfig, PosKind, SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decode.load import load_for_inference
 from seq2seq.decode.search import Hypothesis, translate_ids
@@ -25,6 +25,7 @@ from seq2seq.model.transformer import EncoderDecoder
 from seq2seq.train.checkpoint import load_checkpoint
 from seq2seq.train.steplog import LOG_NAME, read_step_log
 from tests.conftest import MakeModel
+from tests.search_cases import SEARCHES, eos_biased_model, random_sources
 from tests.tiny_run import run_cli, start_child, tiny_overrides, write_slice
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -34,19 +35,6 @@ VOCAB = 61
 LOSS_RTOL = 1e-5
 GRAD_ATOL = 1e-5
 SCORE_TOL = 1e-4
-SEARCHES = {
-    "greedy": DecodeConfig(method=SearchKind.greedy, max_len_a=1.0, max_len_b=6),
-    "beam": DecodeConfig(
-        method=SearchKind.beam,
-        beam_size=4,
-        nbest=2,
-        length_penalty=LengthPenaltyKind.average,
-        alpha=1.0,
-        max_len_a=1.0,
-        max_len_b=6,
-    ),
-    "sample": DecodeConfig(method=SearchKind.sample, nbest=2, top_p=0.9, max_len_a=1.0, seed=3),
-}
 
 
 @pytest.fixture(autouse=True)
@@ -116,25 +104,6 @@ def test_rdrop_loss_on_cuda_matches_the_cpus_fused_kernel(
         torch.testing.assert_close(grad, want_grads[name], rtol=1e-4, atol=GRAD_ATOL, msg=name)
 
 
-def search_model(make_model: MakeModel, kind: PosKind) -> EncoderDecoder:
-    """A random 2-layer model with an output bias favouring EOS (its sentences end at different
-    lengths, so rows leave the batch with their caches)."""
-    model = make_model(kind, layers=2, vocab=VOCAB, tie_output=False)
-    out = torch.nn.Linear(model.out.in_features, VOCAB)
-    out.weight = model.out.weight
-    with torch.no_grad():
-        out.bias.copy_(torch.randn(VOCAB, generator=torch.Generator().manual_seed(2)))
-        out.bias[EOS_ID] += 4.0
-    model.out = out
-    return model
-
-
-def sources(n: int = 9) -> list[list[int]]:
-    gen = torch.Generator().manual_seed(11)
-    lengths = torch.randint(1, 9, (n,), generator=gen).tolist()
-    return [torch.randint(4, VOCAB, (length,), generator=gen).tolist() for length in lengths]
-
-
 def tokens(found: list[list[Hypothesis]]) -> list[list[list[int]]]:
     return [[h.tokens for h in hyps] for hyps in found]
 
@@ -147,9 +116,10 @@ def test_searches_on_cuda_find_what_the_cpu_finds(
     """Catches a search whose bookkeeping (finished rows, beams reordered, the cache kept for
     the rows left, the sampler's random table) depends on the device: the same tokens as the
     CPU's, and scores within float tolerance."""
-    model = search_model(make_model, kind)
-    want = translate_ids(model, sources(), SEARCHES[search])
-    got = translate_ids(model.to(CUDA), sources(), SEARCHES[search])
+    model = eos_biased_model(make_model, kind, VOCAB)
+    sources = random_sources(VOCAB, 9)
+    want = translate_ids(model, sources, SEARCHES[search])
+    got = translate_ids(model.to(CUDA), sources, SEARCHES[search])
     assert tokens(got) == tokens(want)
     for g_hyps, w_hyps in zip(got, want, strict=True):
         for g, w in zip(g_hyps, w_hyps, strict=True):

@@ -15,31 +15,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import torch
 
 from seq2seq import kernels
-from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, PosKind, SearchKind
-from seq2seq.data.tokenizer import EOS_ID
+from seq2seq.config.schema import DecodeConfig, PosKind, SearchKind
 from seq2seq.decode.search import Hypothesis, translate_ids
 from seq2seq.kernels import cpu
 from seq2seq.model.transformer import EncoderDecoder
 from tests.conftest import MakeModel
+from tests.search_cases import SEARCHES, eos_biased_model, random_sources
 
 VOCAB = 603  # 75 blocks of 8 and a partial one of 3
 SCORE_TOL = 1e-4
-SEARCHES = {
-    "greedy": DecodeConfig(method=SearchKind.greedy, max_len_a=1.0, max_len_b=6),
-    "beam": DecodeConfig(
-        method=SearchKind.beam,
-        beam_size=4,
-        nbest=2,
-        length_penalty=LengthPenaltyKind.average,
-        alpha=1.0,
-        max_len_a=1.0,
-        max_len_b=6,
-    ),
-    "sample": DecodeConfig(method=SearchKind.sample, nbest=2, top_p=0.9, max_len_a=1.0, seed=3),
-}
 REGIMES = {  # cpu thresholds: every call few-rows (alone) or batched (batch)
     "alone": {"SMALL_ROWS": 10**6, "FEW_QUERY_ROWS": 10**6},
     "batch": {"SMALL_ROWS": 0, "FEW_QUERY_ROWS": 0},
@@ -53,22 +39,11 @@ def auto_afterwards() -> Iterator[None]:
 
 
 def sources(n: int = 7) -> list[list[int]]:
-    gen = torch.Generator().manual_seed(11)
-    lengths = torch.randint(1, 9, (n,), generator=gen).tolist()
-    return [torch.randint(4, VOCAB, (length,), generator=gen).tolist() for length in lengths]
+    return random_sources(VOCAB, n)
 
 
 def model_of(make_model: MakeModel, kind: PosKind, norm_first: bool) -> EncoderDecoder:
-    """A random 2-layer model whose output layer has a bias favouring EOS, so that its
-    sentences end at different lengths."""
-    model = make_model(kind, layers=2, vocab=VOCAB, tie_output=False, norm_first=norm_first)
-    out = torch.nn.Linear(model.out.in_features, VOCAB)
-    out.weight = model.out.weight
-    with torch.no_grad():
-        out.bias.copy_(torch.randn(VOCAB, generator=torch.Generator().manual_seed(2)))
-        out.bias[EOS_ID] += 4.0
-    model.out = out
-    return model
+    return eos_biased_model(make_model, kind, VOCAB, norm_first)
 
 
 def decode(model: EncoderDecoder, search: str, mode: str) -> list[list[Hypothesis]]:
