@@ -239,7 +239,7 @@ def export_check(
 
     logging.disable_progress_bar()  # a bar per model load, on every run
     batch = _teacher_forced(src_ids, tgt_ids)
-    ours = model.eval()(batch["src"], batch["tgt_in"])[batch["real"]]  # (K, V)
+    ours = model.eval().logits(batch["src"], batch["tgt_in"])[batch["real"]]  # (K, V)
     diffs = {}
     for attention in ("sdpa", "eager"):
         marian = MarianMTModel.from_pretrained(marian_dir, attn_implementation=attention).eval()

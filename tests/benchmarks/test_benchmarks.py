@@ -226,6 +226,27 @@ def test_export_speed_runs_ctranslate2_with_both_backends(
     assert figures["ct2_int8"]["ct2_use_mkl"] == "1"
 
 
+def test_decode_setups_export_check_compares_logits_with_marian(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Catches the export check calling the model as it no longer is (forward returns the loss
+    since the fused output layer; benchmarks/decode.py failed on it) and an export that drifts:
+    a post-norm sinusoidal model exported to Marian gives the same teacher-forced logits."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import decode_setup
+
+    from seq2seq.export.huggingface import to_marian
+    from tests.conftest import _make_model
+
+    model = _make_model("sinusoidal", layers=2, norm_first=False, randomize_pos=False)
+    to_marian(model, max_positions=64).save_pretrained(tmp_path / "marian")
+    src, tgt = [[5, 6, 7], [8, 9]], [[10, 11], [12, 13, 14, 15]]
+    check = decode_setup.export_check(model, str(tmp_path / "marian"), src, tgt)
+    assert check["positions"] == 2 + 1 + 4 + 1  # BOS + target, each sentence
+    assert check["max_abs_logit"] > 0
+    assert max(check["max_abs_logit_diff"].values()) < 1e-4
+
+
 # --------------------------------------------------------------------------- decode_ops
 
 
