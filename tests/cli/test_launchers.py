@@ -105,6 +105,9 @@ def terminal_job() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+STEPS = 400  # the Ctrl-C test's runs
+
+
 def test_ctrl_c_on_a_joblib_sweep_saves_the_running_jobs_and_starts_no_other(
     tmp_path: Path,
 ) -> None:
@@ -112,7 +115,9 @@ def test_ctrl_c_on_a_joblib_sweep_saves_the_running_jobs_and_starts_no_other(
     two running jobs save last.pt at the step they were at, the third does not start, the
     sweep exits 130 and leaves no process behind; the same command then finishes the sweep,
     the interrupted runs resumed to the weights of a run never stopped."""
-    args = settings(tmp_path, "trainer.max_steps=40", "trainer.valid_every=100")
+    # 400 steps: the jobs are stopped after their second, and must not finish the other 398
+    # in the moment before the test stops them (40 did once, on an idle 2-core machine)
+    args = settings(tmp_path, f"trainer.max_steps={STEPS}", "trainer.valid_every=100")
     sweep = ["trainer.seed=1,2,3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
     cmd = multirun(tmp_path, [*args, *sweep])
     runs = [tmp_path / "sweep" / f"sinusoidal_seed{seed}" for seed in (1, 2, 3)]
@@ -143,7 +148,7 @@ def test_ctrl_c_on_a_joblib_sweep_saves_the_running_jobs_and_starts_no_other(
     assert "Ctrl-C stopped the sweep" in out
     for folder in runs[:2]:
         ckpt = torch.load(folder / "checkpoints" / "last.pt", weights_only=False)
-        assert ckpt["train_state"]["step"] == train_records(folder)[-1] < 40  # no step lost
+        assert ckpt["train_state"]["step"] == train_records(folder)[-1] < STEPS  # no step lost
     assert not (runs[2] / "checkpoints").exists()
     assert "not started: the sweep was stopped (Ctrl-C)" in (runs[2] / "train.log").read_text()
     wait_until(lambda: not group_alive(proc.pid))  # the launcher's workers ended too
@@ -151,7 +156,7 @@ def test_ctrl_c_on_a_joblib_sweep_saves_the_running_jobs_and_starts_no_other(
     again = run(cmd)
     assert again.returncode == 0, again.stdout + again.stderr
     for r in runs:
-        assert json.loads((r / "results.json").read_text())["steps"] == 40
+        assert json.loads((r / "results.json").read_text())["steps"] == STEPS
     assert json.loads((runs[0] / "results.json").read_text())["resumed_from"]
     fresh = tmp_path / "fresh"
     train(compose_train([*args, "trainer.seed=1"]), fresh)
