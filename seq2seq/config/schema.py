@@ -378,8 +378,8 @@ class TranslateConfig:
     input: str = "-"  # file to translate, one sentence a line ("-" = stdin)
     output: str = "-"  # where to write translations ("-" = stdout)
     device: str = "auto"  # auto | cpu | cuda
-    # int8: decode with int8 linear layers (CPU only; faster or not and its BLEU cost:
-    # docs/BENCHMARKS.md, "int8 decoding")
+    # int8: decode with int8 linear layers (CPU only; its speed and BLEU cost: docs/BENCHMARKS.md,
+    # "Decoding against CTranslate2")
     quantize: WeightType = WeightType.float32
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     # append " ||| " and source-target alignment pairs i-j (0-based subword tokens, EOS left

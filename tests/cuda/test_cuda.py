@@ -18,7 +18,7 @@ import torch
 
 from seq2seq import kernels
 from seq2seq.config.schema import DecodeConfig, PosKind, SearchKind
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.batching import collate
 from seq2seq.decode.load import load_for_inference
 from seq2seq.decode.search import Hypothesis, translate_ids
 from seq2seq.model.transformer import EncoderDecoder
@@ -48,16 +48,12 @@ def no_tf32() -> Iterator[None]:
 
 
 def batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(src, tgt_in, tgt_out) of 5 rows with padding at varied lengths."""
+    """(src, tgt_in, tgt_out) of 5 rows with padding at varied lengths (data.batching.collate)."""
     gen = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, VOCAB, (5, 9), generator=gen)
-    tgt = torch.randint(4, VOCAB, (5, 8), generator=gen)
-    for row, (s, t) in enumerate(zip([9, 4, 6, 2, 7], [8, 3, 5, 6, 1], strict=True)):
-        src[row, s - 1], src[row, s:] = EOS_ID, PAD_ID
-        tgt[row, t - 1], tgt[row, t:] = EOS_ID, PAD_ID
-    tgt_in = torch.cat((torch.full((5, 1), BOS_ID), tgt[:, :-1]), dim=1)  # BOS + target, shifted
-    tgt_in[tgt_in == EOS_ID] = PAD_ID  # nothing is fed after EOS
-    return src, tgt_in, tgt
+    src = [torch.randint(4, VOCAB, (n,), generator=gen).tolist() for n in (8, 3, 5, 1, 6)]
+    tgt = [torch.randint(4, VOCAB, (n,), generator=gen).tolist() for n in (7, 2, 4, 5, 1)]
+    b = collate(range(5), src, tgt)
+    return b.src, b.tgt_in, b.tgt_out
 
 
 def loss_and_grads(
