@@ -75,6 +75,13 @@ class Precision(str, Enum):
     fp16 = "fp16"  # autocast to float16 with a gradient scaler (CUDA)
 
 
+class SamplingPlan(str, Enum):
+    """tokenizer.sampling.plan: the lengths an epoch's batches are cut on when sampling."""
+
+    sampled = "sampled"  # the epoch's sampled segmentations, drawn before its first batch
+    prepared = "prepared"  # the prepared (deterministic) ones; sampled at batch time, then cut
+
+
 class BestMetric(str, Enum):
     """trainer.best_metric: the validation score that picks best.pt."""
 
@@ -178,6 +185,11 @@ class SubwordSamplingConfig:
     # unigram: draw among the unigram_nbest most probable segmentations (Kudo's l; at least 2),
     # or -1 = among all of them (forward-filtering backward-sampling on the lattice)
     unigram_nbest: int = -1
+    # the lengths the epoch's batches are cut on: sampled = every pair's segmentation of the
+    # epoch, drawn before its first batch (each batch then holds at most trainer.max_tokens of
+    # them, as without sampling; one epoch's ids in memory); prepared = the deterministic ones,
+    # sampled as each batch is read (no memory; a batch made too wide is cut into passes)
+    plan: SamplingPlan = SamplingPlan.sampled
 
 
 @dataclass

@@ -13,9 +13,12 @@ Several training splits are mixed: a key's group is the union of the splits' gro
 key, and data.weights scales each split's share of every group (stochastic rounding, so an
 epoch draws weight x pairs of a split in expectation, stratified by length).
 
-With subword regularization (tokenizer.sampling), a batch's pairs are segmented anew as it is
-read (subword_sampling.py), from (seed, epoch, pair): the plan stays that of the prepared
-lengths, and batching.fit_budget cuts a batch that sampling made too wide.
+With subword regularization (tokenizer.sampling, subword_sampling.py), the pairs are segmented
+anew each epoch, from (seed, epoch, pair). plan=sampled: the epoch's segmentations are drawn
+before its first batch (`sampled_epoch`; the next epoch's in a background thread) and the
+epoch is planned on them as on prepared corpora (`EpochData`). plan=prepared: a batch's pairs
+are segmented as it is read, the plan stays that of the prepared lengths, and
+batching.fit_budget cuts a batch that sampling made too wide.
 
 With fixed shapes (trainer.batch_shapes, buckets.py) the budget counts each pair's padded width,
 and every batch is padded to its bucket's shape as it is passed on (`passes`).
@@ -32,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from seq2seq.config.schema import SamplingPlan
 from seq2seq.data.batching import Batch, cut_batches, fit_budget, pad
 from seq2seq.data.buckets import Shape, ShapeBuckets
 from seq2seq.data.prepared import CorpusArrays
@@ -45,6 +49,28 @@ log = logging.getLogger(__name__)
 RELEASE_EVERY = 32
 # a batch of an epoch: (epoch, its number in the epoch's plan)
 BatchRef = tuple[int, int]
+# rows read between two CorpusArrays.release() when a whole epoch is segmented
+SAMPLE_RELEASE_EVERY = 4096
+
+
+@dataclass
+class EpochData:
+    """The pairs an epoch is planned over: the prepared corpora, or (plan=sampled) in-memory
+    corpora of their segmentations drawn for that epoch."""
+
+    corpora: list[CorpusArrays]  # their rows: every pair, or those trained on (sampled)
+    groups: list[np.ndarray]  # per corpus: (groups, 5) the groups trained on
+    pairs: list[np.ndarray | None]  # per corpus: the pair of each row (None: row i is pair i)
+    sampled: bool  # the rows hold the epoch's segmentations already
+
+    def pair_ids(self, corpus: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The corpus pair (prepared row) of each of `rows` (n,) of `corpus` (n,)."""
+        out: np.ndarray = rows.copy()  # (n,)
+        for c, pairs in enumerate(self.pairs):
+            if pairs is not None:
+                here = corpus == c
+                out[here] = pairs[rows[here]]
+        return out
 
 
 @dataclass
@@ -52,6 +78,7 @@ class EpochPlan:
     """One epoch: blocks of pairs of equal lengths and the batches cut over them."""
 
     epoch: int
+    data: EpochData  # the rows the blocks and batches refer to
     keys: np.ndarray  # (blocks,) sort key of each block
     members: list[list[tuple[int, int, int, int]]]  # per block: (corpus, start, count, drawn)
     block_starts: np.ndarray  # (blocks + 1,) first position of each block, then the end
@@ -91,10 +118,13 @@ class TrainData:
             for g in (c.groups for c in self.corpora)
         ]
         self.buckets = self.fit_buckets(shape_buckets) if shape_buckets > 0 else None
+        self.prepared = EpochData(self.corpora, self.groups, [None] * len(self.corpora), False)
         self.plan: EpochPlan | None = None
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
         self.pending: dict[BatchRef, Future[Batch]] = {}
+        self.drawing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampling")
+        self.next_epoch: tuple[int, Future[EpochData]] | None = None
 
     def __len__(self) -> int:
         """Pairs within max_len, over every corpus (each counted once)."""
@@ -145,23 +175,58 @@ class TrainData:
         self.pending = {ref: self.pool.submit(self.read, ref) for ref in refs}
 
     def close(self) -> None:
-        """Stop the prefetch thread."""
+        """Stop the prefetch and sampling threads."""
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.drawing.shutdown(wait=True, cancel_futures=True)
+
+    def epoch_data(self, epoch: int) -> EpochData:
+        """The pairs `epoch` is planned over: the prepared corpora, or with plan=sampled their
+        segmentations of `epoch` (drawn in the background while the epoch before trained, when
+        it did; the next epoch's drawing starts now)."""
+        if self.sampler is None or self.sampler.plan != SamplingPlan.sampled:
+            return self.prepared
+        ahead = self.next_epoch
+        data = ahead[1].result() if ahead and ahead[0] == epoch else self.sampled_epoch(epoch)
+        self.next_epoch = (epoch + 1, self.drawing.submit(self.sampled_epoch, epoch + 1))
+        return data
+
+    def sampled_epoch(self, epoch: int) -> EpochData:
+        """Every pair trained on, segmented for `epoch` by the sampler, as in-memory corpora
+        (the same pairs as the prepared groups hold: a draw over a cap keeps its prepared ids)."""
+        assert self.sampler is not None
+        corpora, groups, pairs = [], [], list[np.ndarray | None]()
+        for c, (arrays, kept_groups) in enumerate(zip(self.corpora, self.groups, strict=True)):
+            runs = [arrays.order[s : s + n] for s, n in kept_groups[:, 3:5].tolist()]
+            kept = np.concatenate([np.zeros(0, np.int64), *runs]).astype(np.int64)  # (pairs,)
+            rows: list[tuple[list[int], list[int]]] = []
+            for at in range(0, len(kept), SAMPLE_RELEASE_EVERY):
+                for i in kept[at : at + SAMPLE_RELEASE_EVERY].tolist():
+                    src, tgt = arrays.row(i)
+                    rows.append((src.tolist(), tgt.tolist()))
+                arrays.release()
+            rows = self.sampler.resample(epoch, self.base[c] + kept, rows)
+            dtype = arrays.src_ids.dtype
+            sampled = CorpusArrays.from_ids([r[0] for r in rows], [r[1] for r in rows], dtype)
+            corpora.append(sampled)
+            groups.append(sampled.groups)
+            pairs.append(kept)
+        return EpochData(corpora, groups, pairs, True)
 
     def make_plan(self, epoch: int) -> EpochPlan:
         """Blocks (one per length triple, the corpora's groups merged, each corpus's share
         drawn by its weight), the batches cut over them, and their shuffled order."""
+        data = self.epoch_data(epoch)
         rows: list[tuple[int, int, int, int, int]] = []  # (key, corpus, start, count, drawn)
-        for c, (groups, weight) in enumerate(zip(self.groups, self.weights, strict=True)):
+        for c, (groups, weight) in enumerate(zip(data.groups, self.weights, strict=True)):
             counts = groups[:, 4]
             drawn = counts
             if weight != 1.0:
                 rng = np.random.default_rng([self.seed, epoch, c, 1])
                 exact = counts * weight  # (groups,)
                 drawn = np.floor(exact).astype(np.int64) + (rng.random(len(counts)) < exact % 1)
-            key = (groups[:, 0] << 32) | (groups[:, 1] << 16) | groups[:, 2]
+            sort_key = (groups[:, 0] << 32) | (groups[:, 1] << 16) | groups[:, 2]  # (groups,)
             rows += zip(
-                key.tolist(),
+                sort_key.tolist(),
                 [c] * len(groups),
                 groups[:, 3].tolist(),
                 counts.tolist(),
@@ -170,13 +235,13 @@ class TrainData:
         rows.sort()
         keys: list[int] = []
         members: list[list[tuple[int, int, int, int]]] = []
-        for key, c, start, count, drawn in rows:
-            if drawn == 0:
+        for key, c, start, count, taken in rows:
+            if taken == 0:
                 continue
             if not keys or keys[-1] != key:
                 keys.append(key)
                 members.append([])
-            members[-1].append((c, start, count, drawn))
+            members[-1].append((c, start, count, taken))
         # token_batches' size of a pair: max(src + 1, tgt + 1) + 1, the + 1s for BOS and EOS
         widths = np.array([(k >> 32) + 1 for k in keys], dtype=np.int64)  # (blocks,)
         sizes = (widths if self.buckets is None else self.buckets.widths(widths)) + 1
@@ -188,6 +253,7 @@ class TrainData:
         ]
         return EpochPlan(
             epoch,
+            data,
             np.array(keys, dtype=np.int64),
             members,
             np.concatenate([[0], np.cumsum(totals)]).astype(np.int64),
@@ -202,8 +268,8 @@ class TrainData:
         return [(epoch, int(b)) for b in plan.order]
 
     def block_slice(self, plan: EpochPlan, j: int, lo: int, hi: int) -> tuple[Any, Any]:
-        """Corpus and pair index of positions [lo, hi) of block j in the epoch's random order,
-        without laying out the whole block (at 20M pairs one holds up to millions)."""
+        """Corpus and row (in plan.data) of positions [lo, hi) of block j in the epoch's random
+        order, without laying out the whole block (at 20M pairs one holds up to millions)."""
         members, key = plan.members[j], int(plan.keys[j])
         slots = permute(
             np.arange(lo, hi),
@@ -221,11 +287,11 @@ class TrainData:
             draw = (slots[here] - (ends[k] - drawn)) % count
             local = permute(draw, count, (self.seed, plan.epoch, c, 2, key))
             corpus[here] = c
-            index[here] = self.corpora[c].order[start + local]
+            index[here] = plan.data.corpora[c].order[start + local]
         return corpus, index
 
     def members_of(self, ref: BatchRef) -> tuple[np.ndarray, np.ndarray]:
-        """Corpus and pair index of each pair of batch `ref`."""
+        """Corpus and row (in its plan's data) of each pair of batch `ref`."""
         plan = self.epoch_plan(ref[0])
         start, end = plan.batch_starts[ref[1]], plan.batch_starts[ref[1] + 1]
         j = int(np.searchsorted(plan.block_starts, start, side="right")) - 1
@@ -251,7 +317,7 @@ class TrainData:
     def epoch_shapes(self, epoch: int) -> tuple[list[Shape], int]:
         """The shape of every batch of `epoch` in plan order (as `passes` pads it, or as
         collated) and the real (non-pad) source + target tokens of them all, from the
-        prepared lengths alone (sampled segmentations differ)."""
+        lengths planned on alone (with plan=prepared, sampled segmentations differ)."""
         plan = self.epoch_plan(epoch)
         cuts = np.union1d(plan.block_starts, plan.batch_starts)  # (segments + 1,)
         block = np.searchsorted(plan.block_starts, cuts[:-1], side="right") - 1  # (segments,)
@@ -269,7 +335,7 @@ class TrainData:
 
     def epoch_padding(self, epoch: int) -> dict[str, float]:
         """`epoch`'s batches, distinct shapes and share of real tokens among the padded
-        (padding_efficiency), from the prepared lengths (epoch_shapes); logged."""
+        (padding_efficiency), from the lengths planned on (epoch_shapes); logged."""
         shapes, real = self.epoch_shapes(epoch)
         padded = sum(b * (s + t) for b, s, t in shapes)
         out = {
@@ -292,24 +358,26 @@ class TrainData:
         return future.result() if future is not None else self.read(ref)
 
     def read(self, ref: BatchRef) -> Batch:
-        """The padded Batch of `ref`, read from the corpora (its pairs' segmentations sampled
-        for ref's epoch when there is a sampler: it may then exceed the token budget)."""
-        corpus, index = self.members_of(ref)
+        """The padded Batch of `ref`, read from its epoch's data (its pairs' segmentations
+        sampled for ref's epoch now when plan=prepared: it may then exceed the token budget)."""
+        data = self.epoch_plan(ref[0]).data
+        corpus, at_rows = self.members_of(ref)
         rows: list[tuple[list[int], list[int]]] = []
-        pairs = list(zip(corpus.tolist(), index.tolist()))
+        pairs = list(zip(corpus.tolist(), at_rows.tolist()))
         for at in range(0, len(pairs), RELEASE_EVERY):
             for c, i in pairs[at : at + RELEASE_EVERY]:
-                src, tgt = self.corpora[c].row(i)
+                src, tgt = data.corpora[c].row(i)
                 rows.append((src.tolist(), tgt.tolist()))
-            for arrays in self.corpora:  # copied: their pages need not stay mapped
+            for arrays in data.corpora:  # copied: their pages need not stay mapped
                 arrays.release()
-        if self.sampler is not None:
-            rows = self.sampler.resample(ref[0], self.base[corpus] + index, rows)
+        index = self.base[corpus] + data.pair_ids(corpus, at_rows)  # (B,)
+        if self.sampler is not None and not data.sampled:
+            rows = self.sampler.resample(ref[0], index, rows)
         return Batch(
             src=pad([[*s, EOS_ID] for s, _ in rows]),
             tgt_in=pad([[BOS_ID, *t] for _, t in rows]),
             tgt_out=pad([[*t, EOS_ID] for _, t in rows]),
-            index=torch.from_numpy(self.base[corpus] + index),
+            index=torch.from_numpy(index),
         )
 
 

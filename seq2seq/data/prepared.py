@@ -24,6 +24,7 @@ whose size grows with the corpus. The ids are uint16 when the vocabulary fits, e
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import mmap
 import os
@@ -117,14 +118,17 @@ class CorpusArrays:
         return self.src_ids[so[i] : so[i + 1]], self.tgt_ids[to[i] : to[i + 1]]
 
     @classmethod
-    def from_ids(cls, src: list[list[int]], tgt: list[list[int]]) -> CorpusArrays:
-        """In-memory arrays of already encoded pairs (no files)."""
+    def from_ids(
+        cls, src: list[list[int]], tgt: list[list[int]], dtype: DTypeLike = np.int64
+    ) -> CorpusArrays:
+        """In-memory arrays of already encoded pairs (no files), the ids as `dtype`."""
         src_lens = np.array([len(s) for s in src], dtype=np.int64)
         tgt_lens = np.array([len(t) for t in tgt], dtype=np.int64)
         order, groups = index_arrays(src_lens, tgt_lens)
 
         def flat(rows: list[list[int]]) -> np.ndarray:
-            return np.array([i for r in rows for i in r], dtype=np.int64)
+            ids = itertools.chain.from_iterable(rows)
+            return np.fromiter(ids, dtype=dtype, count=sum(len(r) for r in rows))
 
         def offsets(lens: np.ndarray) -> np.ndarray:
             return np.concatenate([[0], np.cumsum(lens)])

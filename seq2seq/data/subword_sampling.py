@@ -8,26 +8,30 @@ compositionality of its words and is more robust to segmentation errors. Trainin
 validation, test and translation use the deterministic segmentation (`Tokenizer.encode`), and
 nothing here changes a tokenizer.
 
-Sampled at batch time. A prepared corpus (prepared.py) holds every pair's deterministic ids; when
-`TrainData` (epochs.py) reads a batch, each side of each pair is decoded back to its text (the
-text after SentencePiece's normalisation, which is what the sampler segments anyway) and
-encoded again with sampling. The draw is seeded by (trainer.seed, epoch, pair, side) alone, so
-it does not depend on the batch, the thread (it runs in the prefetch thread), the number of
-ranks or the order in which batches are read: a resumed run draws exactly what the uninterrupted
-one did. The alternative, K segmentations prepared ahead, would cost K times the prepared ids
-on disk and in the page cache and a K-times longer prepare, and repeat itself every K epochs;
-this costs no memory and, per pair side, one decode and one sampled encode (tens of
-microseconds: a few percent of a CPU training step's time, spent in the prefetch thread).
+Where it is drawn (tokenizer.sampling.plan). A prepared corpus (prepared.py) holds every pair's
+deterministic ids; each side of each pair is decoded back to its text (the text after
+SentencePiece's normalisation, which is what the sampler segments anyway) and encoded again with
+sampling. The draw is seeded by (trainer.seed, epoch, pair, side) alone, so it does not depend
+on the batch, the thread, the number of ranks or the order in which pairs are read: a resumed
+run draws exactly what the uninterrupted one did, and both plans draw the same segmentations.
 
-What is sampled is the plan's pairs: the batches are those of the deterministic lengths
-(epochs.py plans from the prepared group tables), and a sampled segmentation is longer or
-shorter. A batch that sampling has pushed over the token budget is cut again by
-`batching.fit_budget` (token_batches' cut) into passes that fit, in the same optimizer step.
-That is where sampling costs: on the Multi30k En-De recipe at bpe_dropout=0.1 a step held 1.40x
-the target tokens and 1.41x the FLOPs of the plain run's, at 77% real tokens against 94% (the
-sampled lengths in a batch planned on the deterministic ones differ); planning each epoch on its
-sampled lengths would win most of that padding back, at the price of sampling the whole epoch
-before its first batch.
+- plan=sampled (the default): before an epoch's first batch, every training pair of the epoch
+  is segmented (`TrainData`, epochs.py: the next epoch's in a background thread while this one
+  trains) and the epoch's batches are cut on those lengths, as the prepared ones are without
+  sampling: each batch holds at most trainer.max_tokens padded tokens, so a step costs what a
+  plain step does, and an epoch has more steps (its text is longer). It costs one epoch's ids
+  in memory, twice while the next is drawn (the numbers data: kilobytes; Multi30k: ~2 MB; 4.5M
+  pairs of WMT: ~0.5 GB as uint16), and, per pair side, one decode and one sampled encode
+  (tens of microseconds).
+- plan=prepared: the batches are those of the deterministic lengths, and a batch's pairs are
+  segmented as it is read (in the prefetch thread): no memory, but a batch that sampling has
+  pushed over the token budget is cut again by `batching.fit_budget` into passes that fit, in
+  the same optimizer step. On the Multi30k En-De recipe at bpe_dropout=0.1 a step then held
+  1.40x the target tokens and 1.41x the FLOPs of the plain run's, at 77% real tokens against
+  94% (the sampled lengths in a batch planned on the deterministic ones differ).
+
+The alternative, K segmentations prepared ahead, would cost K times the prepared ids on disk
+and in the page cache and a K-times longer prepare, and repeat itself every K epochs.
 A sampled side longer than data.max_len (or a source longer than data.train_max_src_len) keeps
 its deterministic ids, as does a side holding an unknown piece (its text is lost: decoding gives
 "⁇"). With data.weights above 1, the copies of a pair drawn in one epoch share its segmentation.
@@ -40,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seq2seq.config.schema import SubwordSamplingConfig
+from seq2seq.config.schema import SamplingPlan, SubwordSamplingConfig
 from seq2seq.data.tokenizer import UNK_ID, SentencePieceTokenizer, Tokenizer, check_seedable
 from seq2seq.errors import ConfigError
 
@@ -105,13 +109,15 @@ class SubwordSampler:
         sampling: Sampling,
         seed: int,
         caps: tuple[int, int],
+        plan: SamplingPlan = SamplingPlan.sampled,
     ) -> None:
         """`tokenizers` (source, target): SentencePiece models of one kind; `caps` (source,
         target): the longest sampled segmentation kept (data.max_len, and
-        data.train_max_src_len for the source when set)."""
+        data.train_max_src_len for the source when set); `plan`: the lengths TrainData cuts
+        an epoch's batches on (the module docstring)."""
         check_seedable()
         self.src_tok, self.tgt_tok = (sentencepiece(tok) for tok in tokenizers)
-        self.sampling, self.seed, self.caps = sampling, seed, caps
+        self.sampling, self.seed, self.caps, self.plan = sampling, seed, caps, plan
 
     def resample(self, epoch: int, pairs: np.ndarray, rows: Sequence[Row]) -> list[Row]:
         """The rows of `pairs` (their ids in the corpora, (n,)) as segmented in `epoch`;
@@ -151,4 +157,6 @@ def subword_sampler(
 ) -> SubwordSampler | None:
     """The sampler of tokenizer.sampling for these tokenizers, or None when it is off."""
     sampling = sampling_of(cfg, tokenizers[0].kind)
-    return None if sampling is None else SubwordSampler(tokenizers, sampling, seed, caps)
+    if sampling is None:
+        return None
+    return SubwordSampler(tokenizers, sampling, seed, caps, SamplingPlan(cfg.plan))

@@ -85,8 +85,8 @@ def load_corpus(cfg: TrainConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
 def train_sampler(cfg: TrainConfig, toks: tuple[Tokenizer, Tokenizer]) -> SubwordSampler | None:
     """The training pairs' subword sampler (tokenizer.sampling), or None when it is off; the
     evaluation splits never have one."""
-    d = cfg.data
-    caps = (d.train_max_src_len or d.max_len, d.max_len)
+    d = cfg.data  # the caps of TrainData's filter: a sampled side over them keeps its ids
+    caps = (min(d.train_max_src_len or d.max_len, d.max_len), d.max_len)
     return subword_sampler(cfg.tokenizer.sampling, toks, cfg.trainer.seed, caps)
 
 

@@ -1,7 +1,8 @@
 """Subword regularization (seq2seq/data/subword_sampling.py, tokenizer.sampling): off, training
 reads the ids of today's deterministic encode; on, each epoch draws other segmentations of the
-same text, the same ones for the same (seed, epoch, pair) however they are read, that decode to
-the text itself; validation, test and translation never sample."""
+same text, the same ones for the same (seed, epoch, pair) however they are read and whichever
+lengths the epoch is planned on, that decode to the text itself; planned on the sampled
+lengths, every batch fits the token budget; validation, test and translation never sample."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ SETTINGS = {
     "bpe": ["tokenizer=bpe", "tokenizer.sampling.bpe_dropout=0.3"],
     "unigram": ["tokenizer=unigram", "tokenizer.sampling.unigram_alpha=0.2"],
 }
+PLANS = ["sampled", "prepared"]  # tokenizer.sampling.plan
 Rows = dict[int, tuple[list[int], list[int]]]  # pair -> (source ids, target ids), no specials
 
 
@@ -96,9 +98,12 @@ def test_off_trains_on_the_ids_of_the_deterministic_encode(setup: Setup) -> None
                 assert tgt == tgt_tok.encode(tgt_lines[i])
 
 
+@pytest.mark.parametrize("plan", PLANS)
 @pytest.mark.parametrize("kind", ["bpe", "unigram"])
-def test_each_epoch_samples_other_segmentations_of_the_same_text(setup: Setup, kind: str) -> None:
-    corpus = setup.corpus(*SETTINGS[kind])
+def test_each_epoch_samples_other_segmentations_of_the_same_text(
+    setup: Setup, kind: str, plan: str
+) -> None:
+    corpus = setup.corpus(*SETTINGS[kind], f"tokenizer.sampling.plan={plan}")
     train, (src_tok, tgt_tok) = corpus.train, corpus.tokenizers
     lines = zip(setup.lines("en"), setup.lines("de"), strict=True)
     plain = {i: (src_tok.encode(s), tgt_tok.encode(t)) for i, (s, t) in enumerate(lines)}
@@ -115,11 +120,15 @@ def test_each_epoch_samples_other_segmentations_of_the_same_text(setup: Setup, k
         assert differ > 0.8 * len(epochs[a]), (a, b)
 
 
+@pytest.mark.parametrize("plan", PLANS)
 @pytest.mark.parametrize("kind", ["bpe", "unigram"])
-def test_the_same_seed_and_epoch_draw_the_same_segmentations(setup: Setup, kind: str) -> None:
+def test_the_same_seed_and_epoch_draw_the_same_segmentations(
+    setup: Setup, kind: str, plan: str
+) -> None:
     """Whatever reads them (another process's corpus, the batches in another order, the
     prefetch thread), and a pair alone as in its batch; another seed draws others."""
-    first, again = setup.corpus(*SETTINGS[kind]), setup.corpus(*SETTINGS[kind])
+    settings = [*SETTINGS[kind], f"tokenizer.sampling.plan={plan}"]
+    first, again = setup.corpus(*settings), setup.corpus(*settings)
     for epoch in (0, 1):
         want = epoch_rows(first.train, epoch)
         assert epoch_rows(again.train, epoch, reverse=True) == want
@@ -134,7 +143,7 @@ def test_the_same_seed_and_epoch_draw_the_same_segmentations(setup: Setup, kind:
     for i, row in batch.items():  # the draw of a pair does not depend on the others drawn
         src, tgt = first.train.corpora[0].row(i)  # its prepared (deterministic) ids
         assert sampler.resample(0, np.array([i]), [(src.tolist(), tgt.tolist())]) == [row]
-    other = setup.corpus(*SETTINGS[kind], "trainer.seed=2")
+    other = setup.corpus(*settings, "trainer.seed=2")
     seeded = epoch_rows(other.train, 0)
     want = epoch_rows(first.train, 0)
     assert sum(seeded[i] != want[i] for i in want) > 0.8 * len(want)
@@ -169,9 +178,12 @@ def test_validation_test_and_translation_never_sample(setup: Setup, tmp_path: Pa
 
 
 def test_sampled_batches_are_cut_to_the_token_budget(setup: Setup) -> None:
-    """Sampled segmentations are longer: the planned batches no longer fit the budget, and
-    fit_budget cuts them into passes that do, holding each pair once."""
-    corpus = setup.corpus(*SETTINGS["bpe"], "trainer.max_tokens=128")
+    """plan=prepared: sampled segmentations are longer, the batches planned on the prepared
+    lengths no longer fit the budget, and fit_budget cuts them into passes that do, holding
+    each pair once."""
+    corpus = setup.corpus(
+        *SETTINGS["bpe"], "trainer.max_tokens=128", "tokenizer.sampling.plan=prepared"
+    )
     over = 0
     for ref in corpus.train.epoch_batches(0):
         batch = corpus.train.collate(ref)
@@ -216,8 +228,8 @@ def test_settings_and_refusals(setup: Setup) -> None:
 def test_threads_draw_independently(setup: Setup) -> None:
     """The prefetch thread and the main thread seed their own generators: drawing in both at
     once gives each the draws it would get alone."""
-    corpus = setup.corpus(*SETTINGS["unigram"])
-    train = corpus.train
+    corpus = setup.corpus(*SETTINGS["unigram"], "tokenizer.sampling.plan=prepared")
+    train = corpus.train  # sampled as batches are read
     refs = train.epoch_batches(0)
     want = [rows_of(train.read(r)) for r in refs]
     got: dict[int, list[Rows]] = {0: [], 1: []}
@@ -233,3 +245,48 @@ def test_threads_draw_independently(setup: Setup) -> None:
         t.join()
     assert got[0] == want
     assert got[1] == want
+
+
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_a_plan_on_the_sampled_lengths_fits_the_budget(setup: Setup, kind: str) -> None:
+    """plan=sampled: each epoch trains on the segmentations plan=prepared draws, every pair
+    once, but every batch fits trainer.max_tokens as planned (one pass a step, its share of
+    real tokens the one logged), and there are more batches (the text is longer)."""
+    budget = "trainer.max_tokens=256"
+    on_sampled = setup.corpus(*SETTINGS[kind], budget).train
+    on_prepared = setup.corpus(*SETTINGS[kind], budget, "tokenizer.sampling.plan=prepared").train
+    for epoch in (0, 1):
+        assert epoch_rows(on_sampled, epoch) == epoch_rows(on_prepared, epoch)
+        planned = on_sampled.epoch_padding(epoch)
+        real, padded = 0, 0
+        for ref in on_sampled.epoch_batches(epoch):
+            passes = on_sampled.passes(ref)
+            assert len(passes) == 1
+            src, tgt = passes[0].src, passes[0].tgt_out
+            assert src.shape[0] * (max(src.shape[1], tgt.shape[1]) + 1) <= 256
+            real += int(src.ne(PAD_ID).sum() + tgt.ne(PAD_ID).sum())
+            padded += src.numel() + tgt.numel()
+        assert planned["padding_efficiency"] == pytest.approx(real / padded)
+        cut = [p for r in on_prepared.epoch_batches(epoch) for p in on_prepared.passes(r)]
+        assert sum(int(p.tgt_out.ne(PAD_ID).sum()) for p in cut) == int(  # the same tokens
+            sum(
+                on_sampled.collate(r).tgt_out.ne(PAD_ID).sum()
+                for r in on_sampled.epoch_batches(epoch)
+            )
+        )
+        assert len(on_sampled.epoch_batches(epoch)) > len(on_prepared.epoch_batches(epoch))
+
+
+def test_the_next_epoch_drawn_in_the_background_is_the_one_drawn_on_demand(setup: Setup) -> None:
+    """Planning epoch e starts drawing epoch e + 1 in the sampling thread; a run resumed at
+    e + 1 (nothing drawn ahead) plans the same batches of the same segmentations."""
+    straight = setup.corpus(*SETTINGS["bpe"]).train
+    epoch_rows(straight, 0)
+    assert straight.next_epoch is not None
+    assert straight.next_epoch[0] == 1
+    resumed = setup.corpus(*SETTINGS["bpe"]).train
+    assert resumed.epoch_batches(1) == straight.epoch_batches(1)
+    for ref in straight.epoch_batches(1):
+        assert rows_of(straight.read(ref)) == rows_of(resumed.read(ref))
+    straight.close()
+    resumed.close()

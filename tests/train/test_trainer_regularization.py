@@ -41,17 +41,25 @@ def losses(run_dir: Path) -> list[float]:
     return [r["loss"] for r in records if r["type"] == "train"]
 
 
-def test_resumed_run_samples_and_drops_out_as_the_straight_one(tmp_path: Path) -> None:
+# each plan of the sampled segmentations, with a token budget that ends epoch 0 between step 8
+# and step 12 (planned on the sampled lengths, an epoch has more batches)
+PLANS = {"sampled": "trainer.max_tokens=500", "prepared": "trainer.max_tokens=256"}
+
+
+@pytest.mark.parametrize("plan", list(PLANS))
+def test_resumed_run_samples_and_drops_out_as_the_straight_one(tmp_path: Path, plan: str) -> None:
     """12 steps (into the second epoch) straight, against 8 steps' checkpoint resumed to 12 in
     another directory: the same weights, optimizer state and counters, to the bit."""
-    straight = trainer(tmp_path, "straight", *BOTH)
+    settings = [*BOTH, f"tokenizer.sampling.plan={plan}", PLANS[plan]]
+    straight = trainer(tmp_path, "straight", *settings)
+    assert len(straight.epoch_batches(0)) in range(9, 12)
     straight.fit()
     straight.close()
     assert straight.state.step == 12
     assert straight.state.epoch >= 1
     step_8 = tmp_path / "straight" / "checkpoints" / "step_8.pt"
     data = tmp_path / "data"
-    cfg = compose_train(tiny_overrides(data, tmp_path / "cache", *BOTH))
+    cfg = compose_train(tiny_overrides(data, tmp_path / "cache", *settings))
     (tmp_path / "resumed").mkdir()
     shutil.copy(tmp_path / "straight" / LOG_NAME, tmp_path / "resumed")  # cut back to step 8
     resumed = build_trainer(cfg, tmp_path / "resumed", resume=(step_8, load_checkpoint(step_8)))
