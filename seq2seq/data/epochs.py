@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from seq2seq.config.schema import SamplingPlan
 from seq2seq.data.batching import Batch, cut_batches, fit_budget, pad
 from seq2seq.data.buckets import Shape, ShapeBuckets
 from seq2seq.data.prepared import CorpusArrays
@@ -183,7 +182,7 @@ class TrainData:
         """The pairs `epoch` is planned over: the prepared corpora, or with plan=sampled their
         segmentations of `epoch` (drawn in the background while the epoch before trained, when
         it did; the next epoch's drawing starts now)."""
-        if self.sampler is None or self.sampler.plan != SamplingPlan.sampled:
+        if self.sampler is None or not self.sampler.plans_sampled:
             return self.prepared
         ahead = self.next_epoch
         data = ahead[1].result() if ahead and ahead[0] == epoch else self.sampled_epoch(epoch)

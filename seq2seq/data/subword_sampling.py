@@ -9,11 +9,12 @@ validation, test and translation use the deterministic segmentation (`Tokenizer.
 nothing here changes a tokenizer.
 
 Where it is drawn (tokenizer.sampling.plan). A prepared corpus (prepared.py) holds every pair's
-deterministic ids; each side of each pair is decoded back to its text (the text after
-SentencePiece's normalisation, which is what the sampler segments anyway) and encoded again with
-sampling. The draw is seeded by (trainer.seed, epoch, pair, side) alone, so it does not depend
-on the batch, the thread, the number of ranks or the order in which pairs are read: a resumed
-run draws exactly what the uninterrupted one did, and both plans draw the same segmentations.
+deterministic ids; each side of each pair is segmented again from them by subword_draws.py
+(SentencePiece's samplers, ported so that a seed decides the draw: SentencePiece's own does not
+across processes). The draw is seeded by (trainer.seed, epoch, pair, side) alone, so it does not
+depend on the process, the batch, the thread, the number of ranks or the order in which pairs are
+read: a resumed run draws exactly what the uninterrupted one did, and both plans draw the same
+segmentations.
 
 - plan=sampled (the default): before an epoch's first batch, every training pair of the epoch
   is segmented (`TrainData`, epochs.py: the next epoch's in a background thread while this one
@@ -21,9 +22,9 @@ run draws exactly what the uninterrupted one did, and both plans draw the same s
   sampling: each batch holds at most trainer.max_tokens padded tokens, so a step costs what a
   plain step does, and an epoch has more steps (its text is longer). It costs one epoch's ids
   and offsets in memory, twice while the next is drawn (Multi30k En-De at bpe_dropout=0.1:
-  3.0 MB; some 160 bytes a pair, so ~0.7 GB for WMT14 En-De's 4.5M pairs), and, per pair
-  side, one decode and one sampled encode (tens of microseconds; the whole of Multi30k's
-  29,000 pairs in 1-2 s, in the background thread).
+  3.0 MB; some 160 bytes a pair, so ~0.7 GB for WMT14 En-De's 4.5M pairs), and the draws
+  (in Python: ~90 microseconds a side for BPE-dropout, ~230 for unigram sampling, on Multi30k's
+  sentences: ~5 s for an epoch of its 29,000 pairs with BPE-dropout, in the background thread).
 - plan=prepared: the batches are those of the deterministic lengths, and a batch's pairs are
   segmented as it is read (in the prefetch thread): no memory, but a batch that sampling has
   pushed over the token budget is cut again by `batching.fit_budget` into passes that fit, in
@@ -40,24 +41,26 @@ its deterministic ids, as does a side holding an unknown piece (its text is lost
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from seq2seq.config.schema import SamplingPlan, SubwordSamplingConfig
-from seq2seq.data.tokenizer import UNK_ID, SentencePieceTokenizer, Tokenizer, check_seedable
+from seq2seq.data.subword_draws import PieceTable, bpe_dropout, nbest_sample, unigram_sample
+from seq2seq.data.tokenizer import UNK_ID, SentencePieceTokenizer, Tokenizer
 from seq2seq.errors import ConfigError
 
 Row = tuple[list[int], list[int]]  # a pair's source and target ids
-SEED_LIMIT = (1 << 32) - 1  # sentencepiece's seeds are uint32 and -1 (this) means "random"
+SEED_LIMIT = (1 << 32) - 1  # the seeds are in [0, 2**32 - 2]
 
 
 @dataclass(frozen=True)
 class Sampling:
-    """One tokenizer kind's sampler settings, SentencePiece's encode(enable_sampling=True,
-    alpha, nbest_size): BPE-dropout's p (Provilkov et al. 2020), or the unigram model's
-    smoothing and l (Kudo 2018)."""
+    """One tokenizer kind's sampler settings, as SentencePiece's encode(enable_sampling=True,
+    alpha, nbest_size) takes them: BPE-dropout's p (Provilkov et al. 2020), or the unigram
+    model's smoothing and l (Kudo 2018)."""
 
     alpha: float  # bpe: the merge-dropout probability; unigram: the smoothing exponent
     nbest_size: int  # unigram: draw among this many best (-1: all); bpe: ignored (-1)
@@ -116,28 +119,44 @@ class SubwordSampler:
         target): the longest sampled segmentation kept (data.max_len, and
         data.train_max_src_len for the source when set); `plan`: the lengths TrainData cuts
         an epoch's batches on (the module docstring)."""
-        check_seedable()
         self.src_tok, self.tgt_tok = (sentencepiece(tok) for tok in tokenizers)
+        self.src_table = PieceTable.of(self.src_tok)
+        same = self.tgt_tok is self.src_tok  # a joint vocabulary: one table
+        self.tgt_table = self.src_table if same else PieceTable.of(self.tgt_tok)
         self.sampling, self.seed, self.caps, self.plan = sampling, seed, caps, plan
+
+    @property
+    def plans_sampled(self) -> bool:
+        """Whether an epoch is planned on its sampled lengths (plan=sampled)."""
+        return self.plan == SamplingPlan.sampled
 
     def resample(self, epoch: int, pairs: np.ndarray, rows: Sequence[Row]) -> list[Row]:
         """The rows of `pairs` (their ids in the corpora, (n,)) as segmented in `epoch`;
         `rows` holds their deterministic ids."""
         seeds = pair_seeds(self.seed, epoch, pairs).tolist()  # (n, 2)
-        (src_tok, tgt_tok), (src_cap, tgt_cap) = (self.src_tok, self.tgt_tok), self.caps
+        src_side = (self.src_tok, self.src_table, self.caps[0])
+        tgt_side = (self.tgt_tok, self.tgt_table, self.caps[1])
         return [
-            (self.side(src_tok, src, s, src_cap), self.side(tgt_tok, tgt, t, tgt_cap))
+            (self.side(*src_side, src, s), self.side(*tgt_side, tgt, t))
             for (src, tgt), (s, t) in zip(rows, seeds, strict=True)
         ]
 
-    def side(self, tok: SentencePieceTokenizer, ids: list[int], seed: int, cap: int) -> list[int]:
-        """One side's segmentation drawn with `seed`: `ids` themselves when they hold an
-        unknown piece or when the draw is longer than `cap`."""
+    def side(
+        self, tok: SentencePieceTokenizer, table: PieceTable, cap: int, ids: list[int], seed: int
+    ) -> list[int]:
+        """One side's segmentation drawn with `seed` (subword_draws.py): `ids` themselves when
+        they hold an unknown piece or when the draw is longer than `cap`."""
         if UNK_ID in ids:
             return ids
-        s = self.sampling
-        drawn = tok.encode_sampled(tok.decode(ids), s.alpha, s.nbest_size, seed)
-        return drawn if len(drawn) <= cap else ids
+        s, rng = self.sampling, random.Random(seed)
+        drawn: list[int] | None
+        if tok.kind == "bpe":
+            drawn = bpe_dropout(table, table.text(ids), s.alpha, rng)
+        elif s.nbest_size > 0:
+            drawn = nbest_sample(tok, table, tok.decode(ids), s.alpha, s.nbest_size, rng)
+        else:
+            drawn = unigram_sample(table, table.text(ids), s.alpha, rng)
+        return drawn if drawn is not None and len(drawn) <= cap else ids
 
 
 def sentencepiece(tok: Tokenizer) -> SentencePieceTokenizer:

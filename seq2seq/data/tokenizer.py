@@ -18,7 +18,6 @@ import io
 import json
 import logging
 import os
-import re
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -36,9 +35,6 @@ SENTENCEPIECE_KINDS = ("bpe", "unigram")
 VOCAB_KINDS = ("word", "char")
 KINDS = SENTENCEPIECE_KINDS + VOCAB_KINDS
 _CACHE_FORMAT = 1  # bump when the cached file layout or the training recipe changes
-# from this version set_random_generator_seed re-seeds the calling thread's generator; before,
-# each thread's generator was seeded once, at its first draw, and later seeds were ignored
-SENTENCEPIECE_SEEDS = (0, 2, 3)
 
 
 @runtime_checkable
@@ -71,19 +67,6 @@ class Tokenizer(Protocol):
     def state(self) -> dict[str, object]:
         """Plain-valued description that `tokenizer_from_state` turns into a tokenizer."""
         ...
-
-
-def check_seedable(version: str = spm.__version__) -> None:
-    """Raise a RuntimeError unless this sentencepiece re-seeds the calling thread's generator
-    (SENTENCEPIECE_SEEDS), which seeded segmentations (`encode_sampled`) rely on."""
-    found = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
-    if found < SENTENCEPIECE_SEEDS:
-        need = ".".join(map(str, SENTENCEPIECE_SEEDS))
-        raise RuntimeError(
-            f"subword sampling needs sentencepiece >= {need} (seeded draws, so that a run "
-            f"and its resumption sample the same segmentations); this is {version}. "
-            f"fix: pip install 'sentencepiece>={need}'"
-        )
 
 
 def _content_ids(ids: Iterable[int]) -> list[int]:
@@ -143,20 +126,6 @@ class SentencePieceTokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids of every text, encoded by SentencePiece in one multithreaded call."""
         return [list(ids) for ids in self._sp.encode(list(texts), out_type=int)]
-
-    def encode_sampled(self, text: str, alpha: float, nbest_size: int, seed: int) -> list[int]:
-        """A segmentation of `text` drawn by SentencePiece's sampler, for subword
-        regularization in training (`encode` is the deterministic one). bpe: BPE-dropout
-        (Provilkov et al. 2020), each merge skipped with probability `alpha` (`nbest_size` is
-        ignored); unigram (Kudo 2018): a segmentation x drawn with probability proportional to
-        P(x)^alpha among the `nbest_size` best (-1: all). A function of (text, alpha,
-        nbest_size, seed) alone: the calling thread's generator is seeded with `seed` (in
-        [0, 2**32 - 2]) first, which needs SENTENCEPIECE_SEEDS (check_seedable)."""
-        spm.set_random_generator_seed(seed)
-        ids = self._sp.encode(
-            text, out_type=int, enable_sampling=True, alpha=alpha, nbest_size=nbest_size
-        )
-        return list(ids)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Detokenized text; out-of-range ids render as unknown (`⁇`)."""

@@ -309,6 +309,25 @@ def test_sigterm_saves_then_resume_is_exact(straight: Straight, tmp_path: Path) 
     assert_same_run(straight, run_dir)
 
 
+def test_a_run_with_subword_sampling_resumes_exactly_in_another_process(
+    straight: Straight, tmp_path: Path
+) -> None:
+    """BPE-dropout's draws depend on (seed, epoch, pair) only, not on the process: steps 1-6 in
+    a child process, SIGTERM, the rest here, against the straight run here (SentencePiece's own
+    sampler draws otherwise in every process: seq2seq/data/subword_draws.py)."""
+    overrides = [*straight.overrides, "tokenizer.sampling.bpe_dropout=0.2"]
+    cfg = compose_train(overrides)
+    reference = Straight(overrides, cfg, tmp_path / "straight", straight.data)
+    train(cfg, reference.run_dir)
+    run_dir = tmp_path / "run"
+    child = start_child(overrides, run_dir, pause_at=5, action="SIGTERM")
+    out, _ = child.communicate(timeout=600)
+    assert child.returncode == 128 + signal.SIGTERM, out
+    assert step_of(run_dir / "checkpoints" / "last.pt") == 6
+    train(cfg, run_dir)
+    assert_same_run(reference, run_dir)
+
+
 @pytest.fixture
 def sigint_handler() -> Iterator[Callable[[int, FrameType | None], object]]:
     """A SIGINT handler of the test's own (Python's default raises KeyboardInterrupt too), set
