@@ -22,6 +22,8 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("train_throughput.py", ["--compile-vs-eager", "--repeats", "3", "--precision", "bf16"]),
     ("matmul_bound.py", []),
     ("allocator_faults.py", []),
+    # what subword sampling does to the recipe's batches under each plan (counts; issue #30)
+    ("sampling_plans.py", []),
 ]
 
 
