@@ -488,8 +488,10 @@ def config_from_dict(values: dict[str, Any]) -> TrainConfig:
     """A TrainConfig from the plain dict stored in a checkpoint (validated like the CLI's).
 
     A checkpoint saved before a setting existed gets the value it was trained with, where that
-    differs from today's default (`upgrade_pos_encoding`)."""
+    differs from today's default (`upgrade_pos_encoding`, `upgrade_sampling`)."""
     values = {k: upgrade_pos_encoding(v) if k in POS_SECTIONS else v for k, v in values.items()}
+    if "tokenizer" in values:
+        values["tokenizer"] = upgrade_sampling(values["tokenizer"])
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), values))  # type: ignore[return-value]
 
 
@@ -503,6 +505,17 @@ def upgrade_pos_encoding(values: dict[str, Any] | None) -> dict[str, Any] | None
         return values
     if values.get("kind") == PosKind.relative:  # a str enum: equal to "relative" too
         return {**values, "share_layers": True}
+    return values
+
+
+def upgrade_sampling(values: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A stored tokenizer section from before tokenizer.sampling.plan, sampling on: its epochs
+    were planned on the prepared lengths (plan=prepared), which a resume must keep."""
+    sampling = values.get("sampling") if isinstance(values, dict) else None
+    if not isinstance(sampling, dict) or "plan" in sampling:
+        return values
+    if sampling.get("bpe_dropout") or sampling.get("unigram_alpha"):
+        return {**values, "sampling": {**sampling, "plan": SamplingPlan.prepared.value}}
     return values
 
 

@@ -23,17 +23,19 @@ from seq2seq.config.schema import (
     OptimConfig,
     PosEncodingConfig,
     PosKind,
+    SamplingPlan,
     TokenizerConfig,
     TrainConfig,
     TrainerConfig,
     TranslateConfig,
+    config_from_dict,
     register_configs,
 )
 from seq2seq.model.absolute import Rotary, Sinusoidal
 from seq2seq.model.positional import PositionalEncoding
 from seq2seq.model.relative import ALiBi
 from seq2seq.model.transformer import build_model
-from seq2seq.train.resume import flatten
+from seq2seq.train.resume import config_changes, flatten
 from tests.config_snapshot import SNAPSHOT, resolve_all
 
 CONFIGS = Path(__file__).resolve().parents[2] / "seq2seq" / "config"
@@ -354,3 +356,19 @@ def test_group_files_restate_no_default(group: str, option: str) -> None:
         if key.rsplit(".", 1)[-1] not in ("kind", "method", "name"):
             default = defaults[key.rsplit(".", 1)[-1]]
             assert value != default, f"seq2seq/config/{group}/{option}.yaml restates {key}"
+
+
+def test_a_sampling_run_saved_before_the_plan_option_keeps_its_plan() -> None:
+    """Its epochs were planned on the prepared lengths: a resume must not change that, and
+    config_changes names the key when today's default (sampled) is asked for."""
+    old = {"tokenizer": {"kind": "bpe", "sampling": {"bpe_dropout": 0.1}}}
+    assert config_from_dict(old).tokenizer.sampling.plan == SamplingPlan.prepared
+    plain = {"tokenizer": {"kind": "bpe", "sampling": {"bpe_dropout": 0.0}}}
+    assert config_from_dict(plain).tokenizer.sampling.plan == SamplingPlan.sampled
+    new = {"tokenizer": {"kind": "bpe", "sampling": {"bpe_dropout": 0.1, "plan": "sampled"}}}
+    assert config_from_dict(new).tokenizer.sampling.plan == SamplingPlan.sampled
+    now = train_config(["tokenizer.sampling.bpe_dropout=0.1"])
+    saved = OmegaConf.to_container(OmegaConf.structured(now), enum_to_str=True)
+    assert isinstance(saved, dict)
+    del saved["tokenizer"]["sampling"]["plan"]  # as written before the option
+    assert config_changes(saved, now) == [("tokenizer.sampling.plan", "prepared", "sampled")]
