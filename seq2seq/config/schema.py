@@ -511,7 +511,9 @@ def upgrade_pos_encoding(values: dict[str, Any] | None) -> dict[str, Any] | None
 def upgrade_sampling(values: dict[str, Any] | None) -> dict[str, Any] | None:
     """A stored tokenizer section from before tokenizer.sampling.plan, sampling on: its epochs
     were planned on the prepared lengths (plan=prepared), which a resume must keep."""
-    sampling = values.get("sampling") if isinstance(values, dict) else None
+    if not isinstance(values, dict):
+        return values
+    sampling = values.get("sampling")
     if not isinstance(sampling, dict) or "plan" in sampling:
         return values
     if sampling.get("bpe_dropout") or sampling.get("unigram_alpha"):
