@@ -287,3 +287,26 @@ def test_the_next_epoch_drawn_in_the_background_is_the_one_drawn_on_demand(setup
         assert rows_of(straight.read(ref)) == rows_of(resumed.read(ref))
     straight.close()
     resumed.close()
+
+
+def test_sampled_plan_with_fixed_shapes_pads_every_batch_to_a_bucket(setup: Setup) -> None:
+    """trainer.batch_shapes=fixed (compile's shapes) under plan=sampled: the buckets are fitted
+    on the prepared lengths and the sampled ones are longer, yet every step is one pass padded
+    to one of the buckets' lengths, holding the epoch's sampled rows."""
+    fixed = ["trainer.batch_shapes=fixed", "trainer.shape_buckets=4", "trainer.max_tokens=512"]
+    train = setup.corpus(*SETTINGS["bpe"], *fixed).train
+    assert train.buckets is not None
+    lengths = {(s, t) for _, s, t in train.buckets.shapes()}
+    rows: Rows = {}
+    for ref in train.epoch_batches(0):
+        passes = train.passes(ref)
+        assert len(passes) == 1
+        batch = passes[0]
+        assert (batch.src.shape[1], batch.tgt_out.shape[1]) in lengths
+        real = batch.index.ge(0)  # (R,) the filler rows have index -1
+        rows.update(
+            rows_of(
+                Batch(batch.src[real], batch.tgt_in[real], batch.tgt_out[real], batch.index[real])
+            )
+        )
+    assert rows == epoch_rows(setup.corpus(*SETTINGS["bpe"], "trainer.max_tokens=512").train, 0)
