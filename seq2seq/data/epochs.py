@@ -38,7 +38,7 @@ import torch
 from seq2seq.data.batching import Batch, cut_batches, fit_budget, pad
 from seq2seq.data.buckets import Shape, ShapeBuckets
 from seq2seq.data.prepared import CorpusArrays
-from seq2seq.data.subword_sampling import SubwordSampler
+from seq2seq.data.subword_sampling import Row, SubwordSampler
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,19 @@ BatchRef = tuple[int, int]
 SAMPLE_RELEASE_EVERY = 4096
 
 
+def copy_rows(corpora: list[CorpusArrays], at: list[tuple[int, int]], every: int) -> list[Row]:
+    """The (source, target) ids of row `i` of corpus `c` for each (c, i) of `at`, copied out of
+    the arrays, whose mapped pages are released after every `every` rows."""
+    rows: list[Row] = []
+    for start in range(0, len(at), every):
+        for c, i in at[start : start + every]:
+            src, tgt = corpora[c].row(i)
+            rows.append((src.tolist(), tgt.tolist()))
+        for arrays in corpora:  # copied: their pages need not stay mapped
+            arrays.release()
+    return rows
+
+
 @dataclass
 class EpochData:
     """The pairs an epoch is planned over: the prepared corpora, or (plan=sampled) in-memory
@@ -60,7 +73,11 @@ class EpochData:
     corpora: list[CorpusArrays]  # their rows: every pair, or those trained on (sampled)
     groups: list[np.ndarray]  # per corpus: (groups, 5) the groups trained on
     pairs: list[np.ndarray | None]  # per corpus: the pair of each row (None: row i is pair i)
-    sampled: bool  # the rows hold the epoch's segmentations already
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the rows hold the epoch's segmentations already (sampled_epoch's data)."""
+        return any(p is not None for p in self.pairs)
 
     def pair_ids(self, corpus: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """The corpus pair (prepared row) of each of `rows` (n,) of `corpus` (n,)."""
@@ -117,7 +134,7 @@ class TrainData:
             for g in (c.groups for c in self.corpora)
         ]
         self.buckets = self.fit_buckets(shape_buckets) if shape_buckets > 0 else None
-        self.prepared = EpochData(self.corpora, self.groups, [None] * len(self.corpora), False)
+        self.prepared = EpochData(self.corpora, self.groups, [None] * len(self.corpora))
         self.plan: EpochPlan | None = None
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
@@ -197,19 +214,14 @@ class TrainData:
         for c, (arrays, kept_groups) in enumerate(zip(self.corpora, self.groups, strict=True)):
             runs = [arrays.order[s : s + n] for s, n in kept_groups[:, 3:5].tolist()]
             kept = np.concatenate([np.zeros(0, np.int64), *runs]).astype(np.int64)  # (pairs,)
-            rows: list[tuple[list[int], list[int]]] = []
-            for at in range(0, len(kept), SAMPLE_RELEASE_EVERY):
-                for i in kept[at : at + SAMPLE_RELEASE_EVERY].tolist():
-                    src, tgt = arrays.row(i)
-                    rows.append((src.tolist(), tgt.tolist()))
-                arrays.release()
+            rows = copy_rows([arrays], [(0, i) for i in kept.tolist()], SAMPLE_RELEASE_EVERY)
             rows = self.sampler.resample(epoch, self.base[c] + kept, rows)
             dtype = arrays.src_ids.dtype
             sampled = CorpusArrays.from_ids([r[0] for r in rows], [r[1] for r in rows], dtype)
             corpora.append(sampled)
             groups.append(sampled.groups)
             pairs.append(kept)
-        return EpochData(corpora, groups, pairs, True)
+        return EpochData(corpora, groups, pairs)
 
     def make_plan(self, epoch: int) -> EpochPlan:
         """Blocks (one per length triple, the corpora's groups merged, each corpus's share
@@ -361,14 +373,8 @@ class TrainData:
         sampled for ref's epoch now when plan=prepared: it may then exceed the token budget)."""
         data = self.epoch_plan(ref[0]).data
         corpus, at_rows = self.members_of(ref)
-        rows: list[tuple[list[int], list[int]]] = []
-        pairs = list(zip(corpus.tolist(), at_rows.tolist()))
-        for at in range(0, len(pairs), RELEASE_EVERY):
-            for c, i in pairs[at : at + RELEASE_EVERY]:
-                src, tgt = data.corpora[c].row(i)
-                rows.append((src.tolist(), tgt.tolist()))
-            for arrays in data.corpora:  # copied: their pages need not stay mapped
-                arrays.release()
+        at = list(zip(corpus.tolist(), at_rows.tolist(), strict=True))
+        rows = copy_rows(data.corpora, at, RELEASE_EVERY)
         index = self.base[corpus] + data.pair_ids(corpus, at_rows)  # (B,)
         if self.sampler is not None and not data.sampled:
             rows = self.sampler.resample(ref[0], index, rows)
