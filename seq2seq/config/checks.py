@@ -81,6 +81,8 @@ def check_config(cfg: TrainConfig) -> None:
         ("model.dropout", m.dropout),
         ("model.attn_dropout", m.attn_dropout),
         ("model.ffn_dropout", m.ffn_dropout),
+        ("model.src_word_dropout", m.src_word_dropout),
+        ("model.tgt_word_dropout", m.tgt_word_dropout),
         ("trainer.label_smoothing", t.label_smoothing),
     ]:
         _require(0.0 <= share < 1.0, key, share, "in [0, 1)")
@@ -195,11 +197,13 @@ def check_rdrop(cfg: TrainConfig) -> None:
     alpha, m = cfg.trainer.rdrop_alpha, cfg.model
     _require(math.isfinite(alpha) and alpha >= 0, "trainer.rdrop_alpha", alpha, "0 (off) or more")
     _require(
-        alpha == 0.0 or max(m.dropout, m.attn_dropout, m.ffn_dropout) > 0,
+        alpha == 0.0
+        or max(m.dropout, m.attn_dropout, m.ffn_dropout, m.src_word_dropout, m.tgt_word_dropout)
+        > 0,
         "trainer.rdrop_alpha",
         alpha,
-        "0 when model.dropout, model.attn_dropout and model.ffn_dropout are all 0: the two "
-        "passes would be identical (a KL of 0 at twice the cost)",
+        "0 when model.dropout, model.attn_dropout, model.ffn_dropout and the word dropouts are "
+        "all 0: the two passes would be identical (a KL of 0 at twice the cost)",
     )
 
 

@@ -244,6 +244,11 @@ class ModelConfig:
     dropout: float = 0.1  # residual and embedding dropout
     attn_dropout: float = 0.0  # dropout on attention weights
     ffn_dropout: float = 0.0  # dropout on the feed-forward hidden activations (after the ReLU)
+    # word dropout (Gal & Ghahramani 2016; Sennrich et al. 2016): in training, each source
+    # (target: decoder input) token's embedding is zeroed whole with this probability, the kept
+    # ones scaled by 1 / (1 - p), before the positions are added; 0 = off
+    src_word_dropout: float = 0.0
+    tgt_word_dropout: float = 0.0
     norm_first: bool = True  # pre-norm (True) or post-norm (False, Vaswani et al.)
     tie_output: bool = True  # output projection shares the target embedding matrix
     share_embeddings: bool = True  # source and target share embeddings (needs a joint vocab)

@@ -26,7 +26,10 @@ class EncoderDecoder(nn.Module):
 
     Embeddings are scaled by sqrt(D); the output head is a linear map, optionally tied to the
     target embeddings (Press & Wolf 2017), and the source and target may share one embedding
-    matrix when their vocabulary is joint.
+    matrix when their vocabulary is joint. Word dropout (Gal & Ghahramani 2016, "A Theoretically
+    Grounded Application of Dropout in Recurrent Neural Networks"; Sennrich et al. 2016, "Edinburgh
+    Neural Machine Translation Systems for WMT 16"), in training only, zeroes whole token
+    embeddings before the positions are added.
     """
 
     def __init__(
@@ -85,15 +88,24 @@ class EncoderDecoder(nn.Module):
             nn.init.zeros_(emb.weight[PAD_ID])
 
     def _embed(
-        self, ids: Tensor, table: nn.Embedding, pos: PositionalEncoding, offset: int
+        self,
+        ids: Tensor,
+        table: nn.Embedding,
+        pos: PositionalEncoding,
+        offset: int,
+        word_dropout: float,
     ) -> Tensor:
         x = table(ids) * self.scale  # (B, T, D)
+        if word_dropout > 0 and self.training:  # whole tokens' embeddings, positions kept
+            keep = kernels.dropout(x.new_ones(x.shape[:-1]).unsqueeze(-1), word_dropout, True)
+            x = x * keep  # (B, T, D) times (B, T, 1)
         return kernels.dropout(pos.embed(x, offset), self.cfg.dropout, self.training)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) ids -> memory (B, S, D) and src_mask (B, S), True at real tokens."""
         src_mask = src.ne(PAD_ID)  # (B, S)
-        x = self._embed(src, self.src_embed, self.enc_pos, 0)  # (B, S, D)
+        word_dropout = self.cfg.src_word_dropout
+        x = self._embed(src, self.src_embed, self.enc_pos, 0, word_dropout)  # (B, S, D)
         for layer in self.encoder:
             x = layer(x, src_mask)
         return self.enc_norm(x), src_mask
@@ -113,7 +125,8 @@ class EncoderDecoder(nn.Module):
         not yet seen; positions continue from the cache's length.
         """
         offset = 0 if cache is None else cache[0].length
-        x = self._embed(tgt_in, self.tgt_embed, self.dec_pos, offset)  # (N, T, D)
+        word_dropout = self.cfg.tgt_word_dropout
+        x = self._embed(tgt_in, self.tgt_embed, self.dec_pos, offset, word_dropout)  # (N, T, D)
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, src_mask, None if cache is None else cache[i])
         states: Tensor = self.dec_norm(x)  # (N, T, D)

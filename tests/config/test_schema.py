@@ -278,6 +278,8 @@ def test_bad_keys_and_values_fail_at_compose_time(override: str, key: str, detai
         (["trainer.rdrop_alpha=-1"], "trainer.rdrop_alpha"),
         (["trainer.rdrop_alpha=inf"], "trainer.rdrop_alpha"),
         (["trainer.rdrop_alpha=1", "model.dropout=0"], "trainer.rdrop_alpha"),
+        (["model.src_word_dropout=1"], "model.src_word_dropout"),
+        (["model.tgt_word_dropout=-0.1"], "model.tgt_word_dropout"),
     ],
 )
 def test_check_config_rejects(overrides: list[str], key: str) -> None:
@@ -298,10 +300,13 @@ def test_check_config_rejects(overrides: list[str], key: str) -> None:
         ],
         ["trainer.rdrop_alpha=5"],
         ["trainer.rdrop_alpha=0.5", "model.dropout=0", "model.attn_dropout=0.1"],
+        ["trainer.rdrop_alpha=0.5", "model.dropout=0", "model.src_word_dropout=0.1"],
+        ["model.src_word_dropout=0.1", "model.tgt_word_dropout=0.1"],
     ],
 )
 def test_check_config_accepts_regularization(overrides: list[str]) -> None:
-    """Subword sampling and R-Drop compose from the command line's keys and pass the checks."""
+    """Subword sampling, word dropout and R-Drop compose from the command line's keys and pass
+    the checks."""
     check_config(train_config(overrides))
 
 

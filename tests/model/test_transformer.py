@@ -153,6 +153,49 @@ def test_encoder_input_is_scaled_embedding_plus_sinusoids(make_model: MakeModel)
     torch.testing.assert_close(seen[0], want)
 
 
+@pytest.mark.parametrize("side", ["src", "tgt"])
+def test_word_dropout_zeroes_whole_token_embeddings_in_training_only(
+    side: str, make_model: MakeModel, make_sources: MakeSources
+) -> None:
+    """Each token's scaled embedding is zeroed whole or kept (times 1 / (1 - p)) before the
+    positions are added; outside training the input is exactly the plain one."""
+    model = make_model(PosKind.sinusoidal, d_model=16, n_heads=2)
+    setattr(model.cfg, f"{side}_word_dropout", 0.5)
+    layer = model.encoder[0] if side == "src" else model.decoder[0]
+    seen: list[torch.Tensor] = []
+    layer.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
+    src = make_sources([30, 30], seed=3)  # (2, 31)
+    tgt_in = with_bos(make_sources([30, 30], seed=4))  # (2, 31)
+    ids = src if side == "src" else tgt_in
+    table = model.src_embed if side == "src" else model.tgt_embed
+    plain = table(ids).detach() * 4.0  # (2, 31, 16): sqrt(D) E[ids]
+    with torch.no_grad():
+        torch.manual_seed(0)
+        model.train()
+        model.logits(src, tgt_in)
+        model.eval()
+        model.logits(src, tgt_in)
+    words = seen[0] - sinusoid_table(31, 16)  # (2, 31, 16): the embeddings, positions removed
+    dropped = words.abs().amax(-1) < 1e-6  # (2, 31)
+    assert 10 < dropped.sum().item() < 52  # p = 0.5 of 62 tokens
+    torch.testing.assert_close(words[~dropped], 2.0 * plain[~dropped], **TOL)
+    torch.testing.assert_close(seen[1], plain + sinusoid_table(31, 16))
+
+
+def test_word_dropout_off_by_default_leaves_training_unchanged(
+    make_model: MakeModel, make_sources: MakeSources
+) -> None:
+    """p = 0 draws nothing: the same seed gives the same training loss as before the option."""
+    src, tgt = make_sources([6, 4], seed=1), make_sources([5, 7], seed=2)
+    losses = []
+    for p in (0.0, 0.0, 0.3):
+        model = make_model(PosKind.sinusoidal, dropout=0.1).train()
+        model.cfg.src_word_dropout = p
+        torch.manual_seed(5)
+        losses.append(model(src, with_bos(tgt), tgt, 0.1)[0].item())
+    assert losses[0] == losses[1] != losses[2]
+
+
 # --------------------------------------------------------------------------- training
 
 

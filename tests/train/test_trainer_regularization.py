@@ -1,6 +1,7 @@
-"""The Trainer with subword regularization (tokenizer.sampling) and R-Drop (trainer.rdrop_alpha):
-both train, from the command line's keys; a run resumed from its checkpoint draws the same
-segmentations and dropout masks and ends bit-identical to the uninterrupted run; R-Drop's steps
+"""The Trainer with subword regularization (tokenizer.sampling), word dropout
+(model.src_word_dropout, tgt_word_dropout) and R-Drop (trainer.rdrop_alpha): they train, from the
+command line's keys; a run resumed from its checkpoint draws the same segmentations and dropout
+and word-dropout masks and ends bit-identical to the uninterrupted run; R-Drop's steps
 count twice the FLOPs; alpha=0 is the step from before R-Drop."""
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ from seq2seq.train.trainer import Trainer
 from tests.kernels.test_rdrop import todays_forward
 from tests.tiny_run import assert_same_weights, compose_train, tiny_overrides, write_slice
 
-BOTH = ["tokenizer.sampling.bpe_dropout=0.2", "trainer.rdrop_alpha=1.0"]
+REGULARIZERS = [
+    "tokenizer.sampling.bpe_dropout=0.2",
+    "trainer.rdrop_alpha=1.0",
+    "model.src_word_dropout=0.1",
+    "model.tgt_word_dropout=0.1",
+]
 
 
 def trainer(tmp_path: Path, name: str, *extra: str) -> Trainer:
@@ -50,7 +56,7 @@ PLANS = {"sampled": "trainer.max_tokens=500", "prepared": "trainer.max_tokens=25
 def test_resumed_run_samples_and_drops_out_as_the_straight_one(tmp_path: Path, plan: str) -> None:
     """12 steps (into the second epoch) straight, against 8 steps' checkpoint resumed to 12 in
     another directory: the same weights, optimizer state and counters, to the bit."""
-    settings = [*BOTH, f"tokenizer.sampling.plan={plan}", PLANS[plan]]
+    settings = [*REGULARIZERS, f"tokenizer.sampling.plan={plan}", PLANS[plan]]
     straight = trainer(tmp_path, "straight", *settings)
     assert len(straight.epoch_batches(0)) in range(9, 12)
     straight.fit()
@@ -74,7 +80,7 @@ def test_resumed_run_samples_and_drops_out_as_the_straight_one(tmp_path: Path, p
 
 
 def test_regularized_run_trains_and_differs_from_the_plain_one(tmp_path: Path) -> None:
-    for name, extra in (("plain", []), ("regularized", BOTH)):
+    for name, extra in (("plain", []), ("regularized", REGULARIZERS)):
         t = trainer(tmp_path, name, "trainer.max_steps=6", *extra)
         t.fit()
         t.close()
