@@ -4,10 +4,10 @@ steps, precision and minutes (results.json)."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
+from run_curves import read_valid
 from sweep_report import DASH, Job, distinct_styles, fmt_mean_std, md_table, mean_std, ordered
 
 from seq2seq.config.schema import length_cap
@@ -19,17 +19,7 @@ Curves = dict[str, dict[str, list[tuple[int, float]]]]
 def read_curve(path: Path) -> list[tuple[int, float]]:
     """(step, BLEU) of every validation record in a train_log.jsonl; the last record of a step
     wins (a resumed run may validate a step twice)."""
-    points: dict[int, float] = {}
-    if not path.is_file():
-        return []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a kill
-        if record.get("type") == "valid" and record.get("bleu") is not None:
-            points[int(record["step"])] = float(record["bleu"])
-    return sorted(points.items())
+    return [(step, bleu) for step, (bleu, _) in sorted(read_valid(path).items())]
 
 
 def read_curves(jobs: list[Job]) -> Curves:
