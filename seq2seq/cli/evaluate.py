@@ -10,8 +10,9 @@ references: one JSON line per sentence, corpus perplexity and perplexity by targ
 
 Comparisons: `hyp=[base.txt,new.txt] ref=test.de` (files) or `systems=[base.pt,new.pt]` (each
 checkpoint translates `split` on its own) test every system against the first with sacreBLEU's
-paired tests (`paired=bs|ar|both`), Holm-adjusted over the report (evaluation/comparison.py); a
-list of lists gives each system's training seeds, tested over seeds too (evaluation/seeds.py).
+paired tests (`paired=bs|ar|both`), Holm-adjusted over the report (evaluation/comparison.py),
+on lowercased BLEU and chrF with `lowercase=true`; a list of lists gives each system's training
+seeds, tested over seeds too (evaluation/seeds.py).
 `ckpt=` takes one checkpoint here: in seq2seq-translate a list of them is an ensemble, so a list
 is refused rather than guessed at.
 """
@@ -244,7 +245,6 @@ def systems_to_compare(cfg: EvaluateConfig) -> Systems:
         "src": cfg.src is not None,
         "by_length": cfg.by_length,
         "score_refs": cfg.score_refs,
-        "lowercase": cfg.lowercase,
     }
     if any(unused.values()):
         given = ", ".join(f"{k}=" for k, v in unused.items() if v)
@@ -324,6 +324,7 @@ def compare(cfg: EvaluateConfig) -> dict[str, object]:
         bs_samples=cfg.paired_bs_n,
         ar_trials=cfg.paired_ar_n,
         seed=cfg.paired_seed,
+        lowercase=cfg.lowercase,  # BLEU and chrF (TER is case-insensitive already)
     )
     if systems.seeds:
         named = dict(zip(systems.names, outputs, strict=True))

@@ -433,7 +433,9 @@ class EvaluateConfig:
     paired_seed: int | None = 12345  # comparisons: the resamples' seed (null: unseeded)
     alpha: float = 0.05  # comparisons: the family-wise level of the verdicts, after Holm
     blocked_seeds: bool = False  # seed comparisons: the i-th run of every system shares a seed
-    lowercase: bool = False  # also report case-insensitive BLEU
+    # also report case-insensitive BLEU; comparisons: BLEU and chrF tested lowercased (the
+    # Multi30k anchor's metric is lowercased BLEU)
+    lowercase: bool = False
     by_length: bool = False  # also report BLEU, chrF and count per source-length bucket
     length_by: LengthUnit = LengthUnit.words  # the buckets of by_length (as the sweep report's)
     # ckpt: also score the split's references with the model (teacher forcing): per-sentence

@@ -76,6 +76,28 @@ def test_json_has_systems_metrics_intervals_and_p_values(files: Path) -> None:
     assert "|bs:1000|ar:1000|seed:12345|" in data["signatures"]["TER"][1]
 
 
+def test_lowercase_compares_case_insensitive_scores(files: Path) -> None:
+    """lowercase=true: BLEU and chrF of every system and test are the lowercased ones (an
+    upper-cased copy of the references scores 100 there, far less cased), their signatures say
+    case:lc; TER, case-insensitive anyway, is the same either way."""
+    refs = (files / "ref.txt").read_text(encoding="utf-8")
+    (files / "upper.txt").write_text(refs.upper(), encoding="utf-8")
+    args = ["hyp=[bad.txt,upper.txt]", "ref=ref.txt", "paired_bs_n=200", "json=-"]
+    rows = {}
+    for case in ("false", "true"):
+        done = evaluate([*args, f"lowercase={case}"], files)
+        assert done.returncode == 0, done.stderr
+        data = json.loads(done.stdout)
+        rows[case] = {(r["system"], r["key"]): r for r in data["results"]}
+    lower, cased = rows["true"], rows["false"]
+    assert lower["upper.txt", "bleu"]["score"] == pytest.approx(100.0)
+    assert lower["upper.txt", "chrf"]["score"] == pytest.approx(100.0)
+    assert cased["upper.txt", "bleu"]["score"] < 50
+    assert "|case:lc|" in lower["upper.txt", "bleu"]["tests"][0]["signature"]
+    assert "|case:mixed|" in cased["upper.txt", "bleu"]["tests"][0]["signature"]
+    assert lower["upper.txt", "ter"]["score"] == cased["upper.txt", "ter"]["score"]
+
+
 def test_text_table(files: Path) -> None:
     """The default output: one row per metric and system with interval, delta, p and Holm p,
     and the verdict; the signatures; the notes. json=PATH writes the same numbers as JSON."""
@@ -136,7 +158,6 @@ def test_a_list_of_checkpoints_is_refused_not_guessed(files: Path) -> None:
         ({"ref": None}, "hyp=\\[...\\] needs ref="),
         ({"ckpt": "a.pt"}, "does not take ckpt="),
         ({"by_length": True, "src": "s.txt"}, "does not take src=, by_length="),
-        ({"lowercase": True}, "does not take lowercase="),
         ({"systems": ["a.pt", "b.pt"]}, "compares checkpoints; it does not take hyp=, ref="),
         ({"hyp": ["bad.txt", "bad.txt"]}, "bad.txt given twice"),
         ({"hyp": [["bad0.txt", "bad1.txt"], "good.txt"]}, "mixes paths and lists"),
