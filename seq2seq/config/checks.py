@@ -14,6 +14,7 @@ from seq2seq.config.schema import (
     DataConfig,
     DecodeConfig,
     EvaluateConfig,
+    ModelConfig,
     SearchKind,
     TokenizerConfig,
     TokenizerKind,
@@ -77,14 +78,7 @@ def check_config(cfg: TrainConfig) -> None:
         ("tokenizer.vocab_size", cfg.tokenizer.vocab_size),
     ]:
         _require(value >= 1, key, value, "at least 1")
-    for key, share in [
-        ("model.dropout", m.dropout),
-        ("model.attn_dropout", m.attn_dropout),
-        ("model.ffn_dropout", m.ffn_dropout),
-        ("model.src_word_dropout", m.src_word_dropout),
-        ("model.tgt_word_dropout", m.tgt_word_dropout),
-        ("trainer.label_smoothing", t.label_smoothing),
-    ]:
+    for key, share in [*dropouts(m).items(), ("trainer.label_smoothing", t.label_smoothing)]:
         _require(0.0 <= share < 1.0, key, share, "in [0, 1)")
     _require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "above 0")
     _require(cfg.optim.warmup_steps >= 0, "optim.warmup_steps", cfg.optim.warmup_steps, "0 or more")
@@ -192,14 +186,23 @@ def check_sampling(tok: TokenizerConfig) -> None:
         )
 
 
+def dropouts(m: ModelConfig) -> dict[str, float]:
+    """The model's dropout rates by their keys."""
+    return {
+        "model.dropout": m.dropout,
+        "model.attn_dropout": m.attn_dropout,
+        "model.ffn_dropout": m.ffn_dropout,
+        "model.src_word_dropout": m.src_word_dropout,
+        "model.tgt_word_dropout": m.tgt_word_dropout,
+    }
+
+
 def check_rdrop(cfg: TrainConfig) -> None:
     """R-Drop's weight: 0 (off) or more, and only where dropout makes the two passes differ."""
     alpha, m = cfg.trainer.rdrop_alpha, cfg.model
     _require(math.isfinite(alpha) and alpha >= 0, "trainer.rdrop_alpha", alpha, "0 (off) or more")
     _require(
-        alpha == 0.0
-        or max(m.dropout, m.attn_dropout, m.ffn_dropout, m.src_word_dropout, m.tgt_word_dropout)
-        > 0,
+        alpha == 0.0 or max(dropouts(m).values()) > 0,
         "trainer.rdrop_alpha",
         alpha,
         "0 when model.dropout, model.attn_dropout, model.ffn_dropout and the word dropouts are "
