@@ -24,6 +24,8 @@ DASH = "–"
 
 # step -> (validation BLEU, validation loss)
 Valid = dict[int, tuple[float, float]]
+# a run's validation records and its results.json
+Run = tuple[Valid, dict[str, object]]
 
 
 def read_valid(log: Path) -> Valid:
@@ -43,7 +45,7 @@ def read_valid(log: Path) -> Valid:
     return points
 
 
-def read_run(dirs: list[Path]) -> tuple[Valid, dict[str, object]]:
+def read_run(dirs: list[Path]) -> Run:
     """One run's validation records over its folders, and the last folder's results.json ({}
     when it has none: a run still going or stopped without its test evaluation)."""
     valid: Valid = {}
@@ -68,9 +70,8 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
-def report(runs: dict[str, list[Path]], steps: list[int], loss: bool) -> list[str]:
+def report(read: dict[str, Run], steps: list[int], loss: bool) -> list[str]:
     """The curves table (one row per run, one column per step) and the runs table."""
-    read = {label: read_run(dirs) for label, dirs in runs.items()}
     what = "validation BLEU (loss)" if loss else "validation BLEU"
     curves = [[label, *(cell(v, s, loss) for s in steps)] for label, (v, _) in read.items()]
     ends = []
@@ -119,13 +120,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--every", type=int, default=800, help="column spacing (default 800)")
     parser.add_argument("--loss", action="store_true", help="validation loss beside BLEU")
     args = parser.parse_args(argv)
-    runs = parse_runs(args.runs)
+    read = {label: read_run(dirs) for label, dirs in parse_runs(args.runs).items()}
     if args.steps:
         steps = [int(s) for s in args.steps.split(",")]
     else:
-        last = max(max(read_run(d)[0], default=0) for d in runs.values())
+        last = max(max(valid, default=0) for valid, _ in read.values())
         steps = list(range(args.every, last + 1, args.every))
-    print("\n".join(report(runs, steps, args.loss)))
+    print("\n".join(report(read, steps, args.loss)))
 
 
 if __name__ == "__main__":
