@@ -31,9 +31,11 @@ Its results are train_throughput_rdrop[_bf16] (JSON and docs/BENCHMARKS.md), bes
 step's.
 
 --device cuda runs both engines on the GPU (each step synchronized before its clock is read; bf16
-is CUDA autocast) and adds the model FLOPs utilisation: each step's FLOPs (seq2seq.train.flops,
-the same batches for every engine) over its seconds, against the GPU's peak for the precision
-(flops.peak_tflops: dense bf16 tensor cores, or plain fp32 without TF32, PyTorch's default).
+is CUDA autocast; SDPA's cuDNN backend is off for every engine, as kernels.setup_process sets it
+for ours: it builds a graph for each new shape, benchmarks/sdpa_backends.py) and adds the model
+FLOPs utilisation: each step's FLOPs (seq2seq.train.flops, the same batches for every engine)
+over its seconds, against the GPU's peak for the precision (flops.peak_tflops: dense bf16 tensor
+cores, or plain fp32 without TF32, PyTorch's default).
 Its results are train_throughput_cuda[_bf16].
 """
 
@@ -248,6 +250,8 @@ def run_engine(engine: str, cfg: TrainConfig, steps: int) -> dict[str, Any]:
     batches, vocab = first_batches(cfg, steps)
     device = torch.device(cfg.trainer.device)
     batches = [b.to(device) for b in batches]  # before timing (ours would move them itself)
+    if engine != "ours":  # the SDPA backends ours runs with (kernels.setup_process), for Marian
+        torch.backends.cuda.enable_cudnn_sdp(False)  # too: no engine pays cuDNN's graph per shape
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     with tempfile.TemporaryDirectory() as run_dir:
         step, evaluate = engine_step(engine, cfg, vocab, Path(run_dir))

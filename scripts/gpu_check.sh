@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The checks that need a CUDA GPU, in one go (a lent GPU machine's time is short): the CUDA
-# tests, the training benchmark on the GPU (throughput and MFU, ours against HF Marian), and the
-# whole test suite with a GPU present (device=auto picks it). Each part has its own time limit,
+# The checks that need a CUDA GPU, in one go (a lent GPU machine's time is short): SDPA's
+# backends timed on new shapes, the CUDA tests, the training benchmark on the GPU (throughput
+# and MFU, ours against HF Marian), and the whole test suite with a GPU present (device=auto
+# picks it). Each part has its own time limit,
 # so one that hangs does not take the others with it; the logs and results go to $RESULTS_DIR.
 #
 #   bash scripts/gpu_check.sh [DATA_DIR]      (DATA_DIR: the Multi30k folder)
@@ -29,15 +30,20 @@ part() {  # part NAME SECONDS COMMAND...: run it with a time limit, log it, reme
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+# most wanted first: a part cut short by the machine's time leaves the earlier ones done
+part sdpa_backends 200 "$PY" benchmarks/sdpa_backends.py --data "$DATA"
+bench() {  # bench PRECISION: ours against HF Marian on the GPU
+    part "bench_$1" 240 "$PY" benchmarks/train_throughput.py --device cuda \
+        --precision "$1" --data "$DATA" --repeats 2 --steps 10 --warmup 3
+}
+bench bf16
 part cuda_tests 240 "$PY" -m pytest -v -p no:cacheprovider tests/cuda
-for precision in fp32 bf16; do
-    part "bench_$precision" 240 "$PY" benchmarks/train_throughput.py --device cuda \
-        --precision "$precision" --data "$DATA" --repeats 2 --steps 10 --warmup 3
-done
 # in 8 processes (pytest-xdist) and with a per-test limit (pytest-timeout) where they are installed
 extra=()
 "$PY" -c "import xdist" 2>/dev/null && extra+=(-n 8 --dist loadfile)
 "$PY" -c "import pytest_timeout" 2>/dev/null && extra+=(--timeout 240)
 part test_suite "${SUITE_SECONDS:-300}" "$PY" -m pytest -q -p no:cacheprovider "${extra[@]}"
-cp docs/BENCHMARKS.md benchmarks/results/train_throughput_cuda*.json "$RESULTS_DIR"/ 2>/dev/null
+bench fp32
+cp docs/BENCHMARKS.md benchmarks/results/train_throughput_cuda*.json \
+    benchmarks/results/sdpa_backends.json "$RESULTS_DIR"/ 2>/dev/null
 exit $status

@@ -78,10 +78,15 @@ def setup_process(
 ) -> None:
     """Process-wide settings, made by the entry points before any work (never on import):
     the kernels' mode; oneDNN's cache capacities unless the user exported them (they must be
-    set before the first oneDNN product); and, for training on a CPU, glibc's malloc keeps
-    freed memory for reuse (allocator.py)."""
+    set before the first oneDNN product); SDPA's cuDNN backend off (on a GPU, a graph built
+    for each new shape); and, for training on a CPU, glibc's malloc keeps freed memory for
+    reuse (allocator.py)."""
     set_mode(mode)
     onednn.cap_caches()
+    # cuDNN's attention builds an execution graph for every new shape (hundreds of ms), and
+    # our batches bring new lengths at every step (decoding: at every token): SDPA keeps its
+    # flash, memory-efficient and math kernels (benchmarks/sdpa_backends.py measures them)
+    torch.backends.cuda.enable_cudnn_sdp(False)
     if training and device is not None and torch.device(device).type == "cpu":
         keep_freed_memory()
 

@@ -87,6 +87,26 @@ def test_setup_caps_onednn_caches_unless_the_user_set_them() -> None:
     assert env_changes("setup", LRU_CACHE_CAPACITY="7") == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": cap}
 
 
+CUDNN_PROBE = """
+import sys, torch
+import seq2seq.kernels, seq2seq.model.transformer
+if sys.argv[1] == "setup":
+    seq2seq.kernels.setup_process()
+print(torch.backends.cuda.cudnn_sdp_enabled())
+"""
+
+
+def test_setup_not_the_import_turns_off_cudnn_attention() -> None:
+    def enabled(step: str) -> str:
+        run = subprocess.run(
+            [sys.executable, "-c", CUDNN_PROBE, step], capture_output=True, text=True, check=True
+        )
+        return run.stdout.strip()
+
+    assert enabled("import") == "True"  # torch's default, untouched by importing us
+    assert enabled("setup") == "False"
+
+
 def test_setup_keeps_freed_memory_for_cpu_training_only(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     monkeypatch.setattr(kernels, "keep_freed_memory", lambda: calls.append("malloc") or True)
