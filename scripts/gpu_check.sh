@@ -29,6 +29,12 @@ part() {  # part NAME SECONDS COMMAND...: run it with a time limit, log it, reme
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+# the console scripts the CLI tests run sit beside the interpreter: install them where missing
+# (without build isolation: a lent machine reaches no registry to fetch setuptools)
+bin_dir=$("$PY" -c 'import sys, pathlib; print(pathlib.Path(sys.executable).parent)')
+[ -x "$bin_dir/seq2seq-train" ] || "$PY" -m pip install -q --no-build-isolation --no-deps -e . \
+    || echo "editable install failed: the console-script tests will fail"
+"$PY" -c "import sentencepiece; print('sentencepiece', sentencepiece.__version__)"
 "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 # most wanted first: a part cut short by the machine's time leaves the earlier ones done
 part sdpa_backends 200 "$PY" benchmarks/sdpa_backends.py --data "$DATA"

@@ -110,7 +110,10 @@ def test_each_epoch_samples_other_segmentations_of_the_same_text(
     epochs = [epoch_rows(train, e) for e in range(3)]
     for rows in epochs:
         changed = sum(rows[i] != plain[i] for i in rows)
-        assert changed > 0.8 * len(rows)  # sampled, not the deterministic segmentation
+        # sampled, not the deterministic segmentation (which changes none); a half, not more:
+        # the unigram model of this tiny corpus, and so how many of its pairs have a second
+        # segmentation, differs between sentencepiece versions (0.2.3: 122 of 150; 0.2.2: 118)
+        assert changed > 0.5 * len(rows)
         for i, (src, tgt) in rows.items():  # ... of the same text
             assert src_tok.decode(src) == src_tok.decode(plain[i][0])
             assert tgt_tok.decode(tgt) == tgt_tok.decode(plain[i][1])
@@ -248,12 +251,18 @@ def test_threads_draw_independently(setup: Setup) -> None:
 def test_a_plan_on_the_sampled_lengths_fits_the_budget(setup: Setup, kind: str) -> None:
     """plan=sampled: each epoch trains on the segmentations plan=prepared draws, every pair
     once, but every batch fits trainer.max_tokens as planned (one pass a step, its share of
-    real tokens the one logged), and there are more batches (the text is longer)."""
+    real tokens the one logged), and, the sampled text being longer than the deterministic
+    encode, at least as many batches as plan=prepared makes."""
     budget = "trainer.max_tokens=256"
-    on_sampled = setup.corpus(*SETTINGS[kind], budget).train
+    corpus = setup.corpus(*SETTINGS[kind], budget)
+    on_sampled, (src_tok, tgt_tok) = corpus.train, corpus.tokenizers
     on_prepared = setup.corpus(*SETTINGS[kind], budget, "tokenizer.sampling.plan=prepared").train
+    lines = zip(setup.lines("en"), setup.lines("de"), strict=True)
+    plain = sum(len(src_tok.encode(s)) + len(tgt_tok.encode(t)) for s, t in lines)
     for epoch in (0, 1):
-        assert epoch_rows(on_sampled, epoch) == epoch_rows(on_prepared, epoch)
+        rows = epoch_rows(on_sampled, epoch)
+        assert rows == epoch_rows(on_prepared, epoch)
+        assert sum(len(src) + len(tgt) for src, tgt in rows.values()) > plain
         planned = on_sampled.epoch_padding(epoch)
         real, padded = 0, 0
         for ref in on_sampled.epoch_batches(epoch):
@@ -271,7 +280,7 @@ def test_a_plan_on_the_sampled_lengths_fits_the_budget(setup: Setup, kind: str) 
                 for r in on_sampled.epoch_batches(epoch)
             )
         )
-        assert len(on_sampled.epoch_batches(epoch)) > len(on_prepared.epoch_batches(epoch))
+        assert len(on_sampled.epoch_batches(epoch)) >= len(on_prepared.epoch_batches(epoch))
 
 
 def test_the_next_epoch_drawn_in_the_background_is_the_one_drawn_on_demand(setup: Setup) -> None:
