@@ -7,7 +7,10 @@
 #
 #   bash scripts/gpu_check.sh [DATA_DIR]      (DATA_DIR: the Multi30k folder)
 #
-# On a machine whose Python lacks some of our dependencies, put them on PYTHONPATH first.
+# On a machine whose Python lacks some of our dependencies, put them on PYTHONPATH first. The
+# results folder holds ~10 files: where only a few files come back from a lent machine, write it
+# outside the returned folder and send one archive, e.g.
+#   RESULTS_DIR=/tmp/gpu bash scripts/gpu_check.sh DATA; tar -czf "$OUT/gpu.tgz" -C /tmp gpu
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DATA=${1:-../shared/data/multi30k}
