@@ -19,7 +19,8 @@ among the padded (over epoch 0 and over the timed steps); compiled against eager
 batches: s/step) and against eager_exact (real tokens/s: what a user gains by switching compile
 on), and after how many steps the warm-up is repaid. The CPU's model and its vector/matrix
 flags (AVX-512, AVX512-BF16, AMX) are recorded: Inductor's CPU code and GEMM templates depend
-on them. Results: benchmarks/results/train_compile[_bf16].json and docs/BENCHMARKS.md.
+on them. Results: benchmarks/results/train_compile[_bf16][_max_autotune].json and
+docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -209,6 +210,11 @@ def main(args: argparse.Namespace, cfg_of: Any) -> None:
     result["verdict"] = verdict(result)
     print(json.dumps(result, indent=2))
     if not args.no_doc:
+        # one section per precision and mode: max_autotune's run keeps the default mode's
+        default_mode = args.compile_mode == "default"
         name = "train_compile" + ("" if args.precision == "fp32" else f"_{args.precision}")
+        name += "" if default_mode else f"_{args.compile_mode}"
+        mode = "" if default_mode else f", mode {args.compile_mode}"
+        title = f"trainer.compile vs eager ({args.precision}{mode})"
         write_json(name, result)
-        update_doc(name, f"trainer.compile vs eager ({args.precision})", report(result))
+        update_doc(name, title, report(result))

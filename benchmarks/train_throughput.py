@@ -21,7 +21,7 @@ LOSS_TOLERANCE. Medians go to benchmarks/results/train_throughput.json and docs/
 (train_throughput).
 
 --compile-vs-eager times trainer.compile against eager on the same fixed-shape batches instead
-(ours only; benchmarks/compile_vs_eager.py says how), as train_compile[_bf16].
+(ours only; benchmarks/compile_vs_eager.py says how), as train_compile[_bf16][_max_autotune].
 
 --rdrop-alpha A (> 0) times the step with R-Drop (Liang et al. 2021) on both sides: ours with
 trainer.rdrop_alpha=A (two passes, kernels.rdrop_loss: chunked on the CPU), Marian with two
