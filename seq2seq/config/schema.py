@@ -124,7 +124,9 @@ class CompileMode(str, Enum):
     """trainer.compile_mode: torch.compile's mode for trainer.compile."""
 
     default = "default"  # Inductor's defaults
-    max_autotune = "max_autotune"  # "max-autotune": GEMMs timed against Inductor's templates
+    # "max-autotune": GEMMs timed against Inductor's templates; on a CPU these are offered only for
+    # frozen (inference) weights, so a training step's GEMMs keep ATen's kernels
+    max_autotune = "max_autotune"
 
 
 @dataclass
