@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -12,6 +12,7 @@ from torch import nn
 
 from seq2seq.config.schema import ModelConfig, PosEncodingConfig, PosKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.kernels import onednn
 from seq2seq.model.transformer import EncoderDecoder, build_positional
 
 # The test models are tiny: one intra-op thread is fastest, and on a busy machine the default
@@ -140,3 +141,13 @@ def trained(make_model: MakeModel) -> EncoderDecoder:
 def make_sources() -> MakeSources:
     """Factory for (B, S) source batches: make_sources([5, 3], seed=1, pad_to=9)."""
     return _random_sources
+
+
+@pytest.fixture(autouse=True)
+def products_on_onednn() -> Iterator[None]:
+    """A training run sets where float32 products run, process-wide, from a timing (oneDNN or
+    ATen: seq2seq.train.precision.resolve_products): every test starts and ends with oneDNN's,
+    the default, whatever the test before it or this machine's timing chose."""
+    onednn.set_products("onednn")
+    yield
+    onednn.set_products("onednn")

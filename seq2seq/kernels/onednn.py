@@ -6,7 +6,11 @@ peak (docs/BENCHMARKS.md, "Kernel notes"). bfloat16 matmuls already go to oneDNN
 ones go there too, through `mkldnn::_linear_pointwise`, the op that torch.compile emits for CPU
 linear layers: forward, both gradients, and the fused loss.
 
-Set ENABLED to False to keep F.linear and torch.mm everywhere.
+Which is faster depends on the CPU: on the AMD EPYC oneDNN's training step was 1.6x MKL's, on an
+Intel Xeon without AMX MKL's was 1.13x oneDNN's (docs/BENCHMARKS.md, "fp32 products"). So a
+training run measures both on its own shapes (`time_products`, ~0.1-1 s) and keeps the faster
+(`set_products`); until then, and where nothing measured, products go to oneDNN. Set ENABLED to
+False to keep F.linear and torch.mm everywhere.
 
 oneDNN caches what it builds for each new shape: its primitive cache and ideep's LRU cache hold
 1,024 entries each by default, and every batch brings new shapes (its token count), so memory
@@ -24,10 +28,13 @@ may write without bumping it (fused AdamW does), drops the stepped weights' pack
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, MutableMapping
+import statistics
+import time
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.hooks import RemovableHandle
@@ -36,9 +43,12 @@ from torch.utils.weak import WeakIdKeyDictionary
 CACHE_CAPACITY = 16  # oneDNN primitives and ideep computations cached, each (see above)
 CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 
-ENABLED = torch.backends.mkldnn.is_available() and all(
+AVAILABLE = torch.backends.mkldnn.is_available() and all(
     hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight")
 )
+ENABLED = AVAILABLE  # float32 products go to oneDNN (see `set_products`)
+PRODUCTS = ("onednn", "aten")  # where float32 CPU products can run: oneDNN, or ATen's (MKL)
+TIMED_ROUNDS = 3  # timed rounds per backend in `time_products`, after an untimed one
 _ACTIVATION = {False: "none", True: "relu"}  # fused after the matmul
 # weight -> ((data pointer, version), its copy in oneDNN's blocked layout)
 _PACKED: MutableMapping[Tensor, tuple[tuple[int, int], Tensor]] = WeakIdKeyDictionary()
@@ -174,3 +184,62 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -
         return out
     packed = weight if weight.is_inference() else _packed(weight)  # no version to follow
     return _linear(x, packed, bias, relu)
+
+
+def set_products(name: str) -> None:
+    """From now on, process-wide, float32 CPU products run on oneDNN ("onednn", where this
+    torch has its ops) or on ATen ("aten": F.linear and torch.mm, MKL's SGEMM on x86)."""
+    global ENABLED
+    if name not in PRODUCTS:
+        raise ValueError(f"float32 products {name!r} are unknown; use one of {PRODUCTS}")
+    ENABLED = AVAILABLE and name == "onednn"
+
+
+def products() -> str:
+    """Where float32 CPU products run now: "onednn" or "aten"."""
+    return "onednn" if ENABLED else "aten"
+
+
+def _train_products(operands: list[tuple[Tensor, Tensor, Tensor, Tensor]], name: str) -> None:
+    """Each linear layer's forward and both gradients on `name`'s products."""
+    for x, weight, bias, grad_out in operands:
+        x.grad = weight.grad = bias.grad = None
+        if name == "onednn":
+            out: Tensor = _Linear.apply(x, weight, bias, False)  # type: ignore[no-untyped-call]
+        else:
+            out = F.linear(x, weight, bias)
+        out.backward(grad_out)
+
+
+def time_products(
+    shapes: Sequence[tuple[int, int, int]], rounds: int = TIMED_ROUNDS
+) -> dict[str, float]:
+    """Median seconds, per backend of PRODUCTS, of float32 training products: for each
+    (rows, in, out) of `shapes`, a linear layer's forward and both gradients, as `_Linear` runs
+    them (oneDNN) and as F.linear does (ATen). An untimed round warms both up; then they
+    alternate round by round, so that a slow spell of the machine falls on both."""
+    names = PRODUCTS if AVAILABLE else PRODUCTS[1:]
+    gen = torch.Generator().manual_seed(0)
+    operands = [
+        (
+            torch.randn(rows, k, generator=gen).requires_grad_(),  # (M, K)
+            (torch.randn(n, k, generator=gen) / k**0.5).requires_grad_(),  # (N, K)
+            torch.zeros(n, requires_grad=True),  # (N,)
+            torch.randn(rows, n, generator=gen),  # (M, N) the output's gradient
+        )
+        for rows, k, n in shapes
+    ]
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    with torch.enable_grad():
+        for round_ in range(rounds + 1):
+            for name in names:
+                start = time.perf_counter()
+                _train_products(operands, name)
+                if round_ > 0:
+                    seconds[name].append(time.perf_counter() - start)
+    return {name: statistics.median(s) for name, s in seconds.items()}
+
+
+def faster_products(times: dict[str, float]) -> str:
+    """The backend of `times` with the shortest time (oneDNN on a tie)."""
+    return min(times, key=lambda name: (times[name], name != "onednn"))

@@ -264,6 +264,7 @@ class TrainState:
     log_records: int = 0  # records in train_log.jsonl when the checkpoint was written
     world_size: int = 1  # processes (torchrun ranks) the batch position `batch` refers to
     precision: str = ""  # the precision trained in (what trainer.precision=auto chose)
+    products: str = ""  # where float32 CPU products ran: onednn or aten ("": no choice made)
 
     @classmethod
     def from_dict(cls, saved: dict[str, Any]) -> TrainState:

@@ -4,6 +4,9 @@ Whether bfloat16 autocast pays on a CPU depends on the CPU, not on its instructi
 on some AMD EPYC boxes our step is much faster in bf16, on an Intel Xeon with AVX512-BF16 but no
 AMX it is slower than fp32 (docs/BENCHMARKS.md names the CPUs). So on a CPU the choice is timed on
 the run's own model and batches before training; on CUDA, bf16 is taken where the GPU supports it.
+
+Where float32 products run on a CPU (oneDNN or ATen's MKL) depends on the CPU too: before the
+precision is timed, `resolve_products` times both on the model's own shapes and keeps the faster.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from contextlib import contextmanager
 
 import torch
 
-from seq2seq.config.schema import Precision
+from seq2seq.config.schema import Kernels, Precision, TrainConfig
+from seq2seq.kernels import onednn
 from seq2seq.train.checkpoint import restore_rng, rng_state
 from seq2seq.train.distributed import broadcast
 
@@ -81,6 +85,50 @@ def resolve(
     chosen = broadcast(faster({Precision(p): s for p, s in times.items()}))
     shown = ", ".join(f"{p} {s:.4f}" for p, s in times.items())
     log.info("precision auto: %s on this CPU (s/step: %s)", chosen.value, shown)
+    return chosen, times
+
+
+# the model's shapes -> the backend chosen for them: once a process, so that every run of one
+# process (a sweep's, a test suite's) computes alike
+_PRODUCTS: dict[tuple[tuple[int, int, int], ...], tuple[str, dict[str, float]]] = {}
+LOSS_ROWS = 256  # rows the output layer multiplies at a time (kernels/loss.py's chunks)
+
+
+def product_shapes(cfg: TrainConfig, vocab: int) -> tuple[tuple[int, int, int], ...]:
+    """(rows, in, out) of a training step's float32 products: the model's projections, its
+    feed-forward layers over a batch of trainer.max_tokens rows, and the output layer."""
+    d, rows = cfg.model.d_model, cfg.trainer.max_tokens
+    return (
+        (rows, d, d),
+        (rows, d, cfg.model.d_ff),
+        (rows, cfg.model.d_ff, d),
+        (LOSS_ROWS, d, vocab),
+    )
+
+
+def resolve_products(
+    cfg: TrainConfig, vocab: int, resumed: str, device: torch.device
+) -> tuple[str, dict[str, float]]:
+    """Where the run's float32 products run, and the seconds timed for each backend (else {}):
+    "" where none runs on the CPU kernels (another device, trainer.kernels=reference, bf16 or
+    fp16 asked for); a resumed run's choice (its products as before: an exact resume); else the
+    faster of oneDNN and ATen on the model's shapes (onednn.time_products; rank 0's choice binds
+    every rank), measured once a process for those shapes. Sets it process-wide."""
+    t = cfg.trainer
+    on_cpu_kernels = device.type == "cpu" and t.kernels == Kernels.auto
+    if not on_cpu_kernels or t.precision not in (Precision.auto, Precision.fp32):
+        return "", {}
+    if resumed:
+        onednn.set_products(resumed)
+        return resumed, {}
+    shapes = product_shapes(cfg, vocab)
+    if shapes not in _PRODUCTS:
+        times = onednn.time_products(shapes)
+        _PRODUCTS[shapes] = (broadcast(onednn.faster_products(times)), times)
+    chosen, times = _PRODUCTS[shapes]
+    onednn.set_products(chosen)
+    shown = ", ".join(f"{name} {s * 1e3:.1f} ms" for name, s in times.items())
+    log.info("float32 products: %s on this CPU (the model's products: %s)", chosen, shown)
     return chosen, times
 
 

@@ -197,5 +197,7 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
         "untrained_positions": trainer.untrained,
         "precision": trainer.precision.value,
         "precision_s_per_step": trainer.precision_times,
+        "fp32_products": trainer.products,  # "" where no choice was made
+        "fp32_products_s": trainer.products_times,
         "train_tokens_per_s": (s.tokens - start_tokens) / fit_seconds,
     }

@@ -49,7 +49,7 @@ from seq2seq.train.corpus import Corpus, within_cap
 from seq2seq.train.distributed import DistInfo, NullWriter, all_reduce_sum, broadcast, shard
 from seq2seq.train.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.train.interrupt import StopSignals, TrainingInterrupted
-from seq2seq.train.precision import no_trace, resolve, time_precisions
+from seq2seq.train.precision import no_trace, resolve, resolve_products, time_precisions
 from seq2seq.train.progress import Progress
 from seq2seq.train.resume import Resume, ResumeError
 from seq2seq.train.steplog import LOG_NAME, StepLog
@@ -116,7 +116,11 @@ class Trainer:
         if resume is not None:
             self.restore(*resume)  # last: it sets the random generators
         self.wrap_model()
-        # the precision trained in, and auto's s/step of each candidate (when it timed them)
+        # where float32 products run (timed); the precision trained in, and auto's timings
+        self.products, self.products_times = resolve_products(
+            cfg, self.tgt_tok.vocab_size, self.state.products, self.device
+        )
+        self.state.products = self.products
         self.precision, self.precision_times = resolve(
             t.precision, self.state.precision, self.device, self.time_precisions
         )

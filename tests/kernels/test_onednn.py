@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from seq2seq.kernels import cpu, onednn
 from seq2seq.model.layers import Linear
 
-pytestmark = pytest.mark.skipif(not onednn.ENABLED, reason="this torch build has no oneDNN ops")
+pytestmark = pytest.mark.skipif(not onednn.AVAILABLE, reason="this torch build has no oneDNN ops")
 
 
 def _grads(fn, *tensors: torch.Tensor, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -147,3 +147,51 @@ def test_any_optimizer_step_drops_the_packed_weights_it_stepped() -> None:
         assert layer.weight not in onednn._PACKED
         assert other.weight in onednn._PACKED
         torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+def test_set_products_moves_every_float32_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ "aten" sends float32 products to F.linear (training and decoding alike), "onednn" back;
+    an unknown name is refused."""
+    layer, x = Linear(8, 16), torch.randn(4, 8, requires_grad=True)
+    onednn.set_products("aten")
+    assert onednn.products() == "aten"
+    assert not onednn.usable(x, x)
+    assert type(layer(x).grad_fn).__name__ == "AddmmBackward0"
+    onednn.set_products("onednn")
+    assert onednn.products() == "onednn"
+    assert onednn.usable(x, x)
+    assert type(layer(x).grad_fn).__name__ == "_LinearBackward"
+    with pytest.raises(ValueError, match="mkl"):
+        onednn.set_products("mkl")
+
+
+def test_time_products_alternates_after_an_untimed_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Catches timing the warm-up, not alternating, or averaging instead of the median: on a
+    clock that moves by scripted seconds per round (no real timing)."""
+    scripted = {"onednn": [50.0, 3.0, 1.0, 2.0], "aten": [0.1, 4.0, 9.0, 5.0]}
+    clock, calls = [0.0], []
+
+    def products(operands: list, name: str) -> None:
+        calls.append(name)
+        clock[0] += scripted[name][calls.count(name) - 1]
+
+    monkeypatch.setattr(onednn, "_train_products", products)
+    monkeypatch.setattr(onednn.time, "perf_counter", lambda: clock[0])
+    times = onednn.time_products([(4, 8, 16)])
+    assert calls == ["onednn", "aten"] * (onednn.TIMED_ROUNDS + 1)
+    assert times == {"onednn": 2.0, "aten": 5.0}
+    assert onednn.faster_products(times) == "onednn"
+
+
+def test_time_products_runs_both_backends_products() -> None:
+    """The real products, forward and backward, on each backend: both timed, nothing left set."""
+    times = onednn.time_products([(6, 8, 16), (6, 16, 8)], rounds=1)
+    assert set(times) == {"onednn", "aten"}
+    assert min(times.values()) > 0
+    assert onednn.products() == "onednn"
+
+
+def test_faster_products_takes_the_shorter_and_onednn_on_a_tie() -> None:
+    assert onednn.faster_products({"onednn": 2.0, "aten": 1.0}) == "aten"
+    assert onednn.faster_products({"onednn": 1.0, "aten": 2.0}) == "onednn"
+    assert onednn.faster_products({"aten": 1.0, "onednn": 1.0}) == "onednn"

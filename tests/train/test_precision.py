@@ -1,5 +1,6 @@
 """trainer.precision=auto: the choice is timed on real steps, logged, leaves no trace on the run,
-and a resumed run keeps it (seq2seq/train/precision.py, Trainer.state_precision)."""
+and a resumed run keeps it (seq2seq/train/precision.py, Trainer.state_precision). Where float32
+products run (oneDNN or ATen) is timed, kept and resumed alike (resolve_products)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 import seq2seq.train.precision
 from seq2seq.config.schema import Precision
 from seq2seq.data.batching import Batch
+from seq2seq.kernels import onednn
 from seq2seq.train.build import build_trainer
 from seq2seq.train.checkpoint import load_checkpoint
 from seq2seq.train.precision import (
@@ -26,7 +28,7 @@ from seq2seq.train.trainer import Trainer
 from tests.tiny_run import compose_train, tiny_overrides, write_slice
 
 
-def auto_trainer(tmp_path: Path, precision: str = "auto") -> Trainer:
+def auto_trainer(tmp_path: Path, precision: str = "auto", more: list[str] | None = None) -> Trainer:
     """A tiny run (dropout on, so that the random generators matter) in `precision`."""
     data = tmp_path.parent / "data"
     if not data.exists():
@@ -40,7 +42,7 @@ def auto_trainer(tmp_path: Path, precision: str = "auto") -> Trainer:
         "trainer.valid_every=1000",
         "trainer.keep_last=0",
     )
-    cfg = compose_train([*args, f"trainer.precision={precision}"])
+    cfg = compose_train([*args, f"trainer.precision={precision}", *(more or [])])
     return build_trainer(cfg, run_dir)
 
 
@@ -145,3 +147,72 @@ def test_faster_takes_the_shorter_step_and_fp32_on_a_tie() -> None:
 def test_only_a_cpu_is_timed() -> None:
     assert device_default(torch.device("cpu")) is None
     assert device_default(torch.device("meta")) == Precision.fp32
+
+
+@pytest.fixture
+def fresh_products(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """No choice of this process remembered; time_products scripted (oneDNN 2 ms, ATen 1 ms)
+    and its calls recorded."""
+    monkeypatch.setattr(seq2seq.train.precision, "_PRODUCTS", {})
+    timed: list[tuple] = []
+
+    def time_products(shapes: tuple) -> dict[str, float]:
+        timed.append(shapes)
+        return {"onednn": 0.002, "aten": 0.001}
+
+    monkeypatch.setattr(onednn, "time_products", time_products)
+    return timed
+
+
+def test_products_are_timed_on_the_models_shapes_and_the_faster_kept(
+    tmp_path: Path, fresh_products: list[tuple], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Catches keeping oneDNN where ATen was faster, timing other shapes than the model's, not
+    recording the choice, or timing again for a second run of the process."""
+    with caplog.at_level(logging.INFO, logger="seq2seq"):
+        trainer = auto_trainer(tmp_path / "a", "fp32")
+    trainer.close()
+    cfg, vocab = trainer.cfg, trainer.tgt_tok.vocab_size
+    d, ff, rows = cfg.model.d_model, cfg.model.d_ff, cfg.trainer.max_tokens
+    assert fresh_products == [((rows, d, d), (rows, d, ff), (rows, ff, d), (256, d, vocab))]
+    assert (trainer.products, trainer.state.products) == ("aten", "aten")
+    assert trainer.products_times == {"onednn": 0.002, "aten": 0.001}
+    assert onednn.products() == "aten"  # the run's products go to F.linear
+    assert (
+        "float32 products: aten on this CPU (the model's products: onednn 2.0 ms, aten 1.0 ms)"
+        in caplog.text
+    )
+    again = auto_trainer(tmp_path / "b", "auto")
+    again.close()
+    assert len(fresh_products) == 1
+    assert again.products == "aten"
+
+
+@pytest.mark.parametrize("override", ["trainer.kernels=reference", "trainer.precision=bf16"])
+def test_products_are_not_timed_where_no_cpu_float32_product_runs(
+    tmp_path: Path, fresh_products: list[tuple], override: str
+) -> None:
+    key, value = override.split("=")
+    trainer = auto_trainer(tmp_path, value if "precision" in key else "fp32", [override])
+    trainer.close()
+    assert fresh_products == []
+    assert trainer.products == ""
+    assert trainer.products_times == {}
+
+
+def test_a_resumed_run_keeps_its_products(tmp_path: Path, fresh_products: list[tuple]) -> None:
+    """The products a run started with come back on resume, untimed (an exact resume), even
+    where this process would have chosen the other."""
+    trainer = auto_trainer(tmp_path, "fp32")
+    trainer.fit()
+    trainer.close()
+    path = trainer.ckpt_dir / "last.pt"
+    ckpt = load_checkpoint(path)
+    assert ckpt["train_state"]["products"] == "aten"
+    onednn.set_products("onednn")
+    seq2seq.train.precision._PRODUCTS.clear()
+    resumed = build_trainer(trainer.cfg, trainer.run_dir, (path, ckpt))
+    resumed.close()
+    assert len(fresh_products) == 1
+    assert resumed.products == "aten"
+    assert onednn.products() == "aten"
