@@ -10,6 +10,8 @@
     key_bias(key_mask, dtype)                   a key mask as a bias on the logits, made once
     setup_process(device, training, mode)       process-wide settings, once at start-up
     resolve_device(name)                        'auto', 'cpu', 'cuda:N' -> a device that exists
+    time_products(shapes), faster_products(t)  float32 CPU products timed on oneDNN and on ATen
+    set_products(name), products()              where they run from now on ("onednn", "aten")
 
 Two modes (trainer.kernels):
 - auto (the default): CPU tensors take the fast CPU kernels (cpu.py: oneDNN linears with
@@ -42,6 +44,7 @@ from seq2seq.errors import ConfigError
 from seq2seq.kernels import cpu, onednn, reference
 from seq2seq.kernels.allocator import keep_freed_memory
 from seq2seq.kernels.loss import linear_label_smoothed_nll, linear_rdrop
+from seq2seq.kernels.onednn import faster_products, products, set_products, time_products
 from seq2seq.kernels.reference import Values, attention_mask, key_bias
 
 MODES = ("auto", "reference")
@@ -216,15 +219,19 @@ __all__ = [
     "attention",
     "attention_mask",
     "dropout",
+    "faster_products",
     "get_mode",
     "key_bias",
     "linear",
     "output_loss",
+    "products",
     "rdrop_loss",
     "resolve_device",
     "row_max",
     "set_mode",
+    "set_products",
     "setup_process",
+    "time_products",
     "topk",
     "use",
 ]

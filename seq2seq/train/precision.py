@@ -20,8 +20,8 @@ from contextlib import contextmanager
 
 import torch
 
+from seq2seq import kernels
 from seq2seq.config.schema import Kernels, Precision, TrainConfig
-from seq2seq.kernels import onednn
 from seq2seq.train.checkpoint import restore_rng, rng_state
 from seq2seq.train.distributed import broadcast
 
@@ -112,21 +112,21 @@ def resolve_products(
     """Where the run's float32 products run, and the seconds timed for each backend (else {}):
     "" where none runs on the CPU kernels (another device, trainer.kernels=reference, bf16 or
     fp16 asked for); a resumed run's choice (its products as before: an exact resume); else the
-    faster of oneDNN and ATen on the model's shapes (onednn.time_products; rank 0's choice binds
+    faster of oneDNN and ATen on the model's shapes (kernels.time_products; rank 0's choice binds
     every rank), measured once a process for those shapes. Sets it process-wide."""
     t = cfg.trainer
     on_cpu_kernels = device.type == "cpu" and t.kernels == Kernels.auto
     if not on_cpu_kernels or t.precision not in (Precision.auto, Precision.fp32):
         return "", {}
     if resumed:
-        onednn.set_products(resumed)
+        kernels.set_products(resumed)
         return resumed, {}
     shapes = product_shapes(cfg, vocab)
     if shapes not in _PRODUCTS:
-        times = onednn.time_products(shapes)
-        _PRODUCTS[shapes] = (broadcast(onednn.faster_products(times)), times)
+        times = kernels.time_products(shapes)
+        _PRODUCTS[shapes] = (broadcast(kernels.faster_products(times)), times)
     chosen, times = _PRODUCTS[shapes]
-    onednn.set_products(chosen)
+    kernels.set_products(chosen)
     shown = ", ".join(f"{name} {s * 1e3:.1f} ms" for name, s in times.items())
     log.info("float32 products: %s on this CPU (the model's products: %s)", chosen, shown)
     return chosen, times
