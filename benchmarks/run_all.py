@@ -15,6 +15,9 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("decode_ops.py", ["--doc"]),
     ("train_throughput.py", []),
     ("train_throughput.py", ["--precision", "bf16"]),
+    # whether this CPU's fp32 step is faster with products on oneDNN or ATen (MKL), and whether
+    # the start-up timing of a training run picks that one
+    ("products.py", []),
     # R-Drop's step (two passes and the KL term, issue #30), beside the plain one
     ("train_throughput.py", ["--rdrop-alpha", "1"]),
     # trainer.compile vs eager: each repeat compiles every fixed shape afresh (minutes)

@@ -12,6 +12,7 @@
     resolve_device(name)                        'auto', 'cpu', 'cuda:N' -> a device that exists
     time_products(shapes), faster_products(t)  float32 CPU products timed on oneDNN and on ATen
     set_products(name), products()              where they run from now on ("onednn", "aten")
+    time_alternating(candidates, run, rounds)   median seconds of each, alternating (timing.py)
 
 Two modes (trainer.kernels):
 - auto (the default): CPU tensors take the fast CPU kernels (cpu.py: oneDNN linears with
@@ -46,6 +47,7 @@ from seq2seq.kernels.allocator import keep_freed_memory
 from seq2seq.kernels.loss import linear_label_smoothed_nll, linear_rdrop
 from seq2seq.kernels.onednn import faster_products, products, set_products, time_products
 from seq2seq.kernels.reference import Values, attention_mask, key_bias
+from seq2seq.kernels.timing import time_alternating
 
 MODES = ("auto", "reference")
 _mode = "auto"
@@ -231,6 +233,7 @@ __all__ = [
     "set_mode",
     "set_products",
     "setup_process",
+    "time_alternating",
     "time_products",
     "topk",
     "use",

@@ -28,8 +28,6 @@ may write without bumping it (fused AdamW does), drops the stepped weights' pack
 from __future__ import annotations
 
 import os
-import statistics
-import time
 from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
@@ -39,6 +37,8 @@ from torch import Tensor
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
+
+from seq2seq.kernels.timing import time_alternating
 
 CACHE_CAPACITY = 16  # oneDNN primitives and ideep computations cached, each (see above)
 CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
@@ -216,8 +216,8 @@ def time_products(
 ) -> dict[str, float]:
     """Median seconds, per backend of PRODUCTS, of float32 training products: for each
     (rows, in, out) of `shapes`, a linear layer's forward and both gradients, as `_Linear` runs
-    them (oneDNN) and as F.linear does (ATen). An untimed round warms both up; then they
-    alternate round by round, so that a slow spell of the machine falls on both."""
+    them (oneDNN) and as F.linear does (ATen), alternating after an untimed round
+    (timing.time_alternating)."""
     names = PRODUCTS if AVAILABLE else PRODUCTS[1:]
     gen = torch.Generator().manual_seed(0)
     operands = [
@@ -229,15 +229,8 @@ def time_products(
         )
         for rows, k, n in shapes
     ]
-    seconds: dict[str, list[float]] = {name: [] for name in names}
     with torch.enable_grad():
-        for round_ in range(rounds + 1):
-            for name in names:
-                start = time.perf_counter()
-                _train_products(operands, name)
-                if round_ > 0:
-                    seconds[name].append(time.perf_counter() - start)
-    return {name: statistics.median(s) for name, s in seconds.items()}
+        return time_alternating(names, lambda name, _: _train_products(operands, name), rounds)
 
 
 def faster_products(times: dict[str, float]) -> str:

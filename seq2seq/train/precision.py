@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import statistics
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -37,14 +35,7 @@ def time_precisions(
     """Median seconds of `step(precision, round)` per candidate. Round 0 warms each candidate's
     kernels up untimed; the candidates alternate within every round, so a slow spell of the
     machine falls on both."""
-    seconds: dict[Precision, list[float]] = {p: [] for p in CANDIDATES}
-    for round_ in range(rounds + 1):
-        for precision in CANDIDATES:
-            start = time.perf_counter()
-            step(precision, round_)
-            if round_ > 0:
-                seconds[precision].append(time.perf_counter() - start)
-    return {p: statistics.median(s) for p, s in seconds.items()}
+    return kernels.time_alternating(CANDIDATES, step, rounds)
 
 
 def faster(times: dict[Precision, float]) -> Precision:

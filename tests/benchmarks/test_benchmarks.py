@@ -340,3 +340,48 @@ def test_matmul_bound_builds_train_throughputs_plain_config(
         assert cfg.trainer.precision.value == precision
         assert cfg.trainer.rdrop_alpha == 0
         assert not cfg.trainer.compile
+
+
+def test_products_summary_names_the_faster_step_and_how_often_the_timing_picked_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches a ratio upside down, the warm-up steps timed, or the start-up timing's agreement
+    counted against the wrong backend."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import products
+
+    def run(steps: list[float], pick: str) -> dict:
+        probe = {"onednn": 0.08, "aten": 0.07} if pick == "aten" else {"onednn": 0.07, "aten": 0.08}
+        return {"seconds": steps, "probe_s": probe, "probe_pick": pick, "initial_eval_loss": 9.5}
+
+    runs = {
+        "onednn": [run([9.0, 1.0, 1.0, 1.2], "aten"), run([9.0, 1.1, 1.0, 1.0], "onednn")],
+        "aten": [run([9.0, 0.8, 0.8, 0.9], "aten"), run([0.1, 0.8, 0.9, 0.9], "aten")],
+    }
+    result = products.summarise(runs, warmup=1)
+    assert result["onednn"]["s_per_step_repeats"] == [1.0, 1.0]
+    assert result["aten"]["s_per_step_repeats"] == [0.8, 0.9]
+    assert result["faster"] == "aten"
+    assert result["aten_over_onednn"] == pytest.approx(1.0 / 0.85)
+    assert result["probe_agrees"] == 0.75  # 3 of the 4 processes' timings picked ATen
+    result.update(repeats=2, steps=3, warmup=1, threads=2)
+    text = products.report(result)
+    assert "faster on **aten**" in text
+    assert "80 / 70" in text  # each process's start-up timing, in ms
+
+
+def test_products_trains_train_throughputs_plain_fp32_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import argparse
+
+    import products
+    import train_throughput
+
+    args = argparse.Namespace(data=str(tmp_path), threads=2)
+    cfg = train_throughput.train_config(products.tt_args(args))
+    assert cfg.trainer.precision.value == "fp32"
+    assert cfg.trainer.rdrop_alpha == 0
+    assert not cfg.trainer.compile
+    assert cfg.data.root == str(tmp_path)

@@ -3,11 +3,13 @@ packed weights of decoding follow every change of a weight."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.kernels import cpu, onednn
+from seq2seq.kernels import cpu, onednn, timing
 from seq2seq.model.layers import Linear
 
 pytestmark = pytest.mark.skipif(not onednn.AVAILABLE, reason="this torch build has no oneDNN ops")
@@ -176,7 +178,7 @@ def test_time_products_alternates_after_an_untimed_round(monkeypatch: pytest.Mon
         clock[0] += scripted[name][calls.count(name) - 1]
 
     monkeypatch.setattr(onednn, "_train_products", products)
-    monkeypatch.setattr(onednn.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     times = onednn.time_products([(4, 8, 16)])
     assert calls == ["onednn", "aten"] * (onednn.TIMED_ROUNDS + 1)
     assert times == {"onednn": 2.0, "aten": 5.0}

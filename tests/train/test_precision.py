@@ -15,7 +15,7 @@ import seq2seq.kernels
 import seq2seq.train.precision
 from seq2seq.config.schema import Precision
 from seq2seq.data.batching import Batch
-from seq2seq.kernels import onednn
+from seq2seq.kernels import onednn, timing
 from seq2seq.train.build import build_trainer
 from seq2seq.train.checkpoint import load_checkpoint
 from seq2seq.train.precision import (
@@ -72,9 +72,7 @@ def test_auto_takes_the_precision_whose_timed_steps_were_faster(
     taking the median, or timing other steps than the run's own: real probe steps in each
     candidate, alternating, on a clock that moves by the scripted seconds (no real timing)."""
     clock = SimpleNamespace(now=500.0)
-    monkeypatch.setattr(
-        seq2seq.train.precision, "time", SimpleNamespace(perf_counter=lambda: clock.now)
-    )
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock.now))
     original, probed = Trainer.probe_step, []
 
     def probe_step(self: Trainer, group: list[Batch]) -> None:
