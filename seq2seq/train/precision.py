@@ -83,12 +83,14 @@ def resolve(
 # process (a sweep's, a test suite's) computes alike
 _PRODUCTS: dict[tuple[tuple[int, int, int], ...], tuple[str, dict[str, float]]] = {}
 LOSS_ROWS = 256  # rows the output layer multiplies at a time (kernels/loss.py's chunks)
+PROBE_ROWS = 4096  # at most this many rows timed (a large model's batch would take seconds)
 
 
 def product_shapes(cfg: TrainConfig, vocab: int) -> tuple[tuple[int, int, int], ...]:
     """(rows, in, out) of a training step's float32 products: the model's projections, its
-    feed-forward layers over a batch of trainer.max_tokens rows, and the output layer."""
-    d, rows = cfg.model.d_model, cfg.trainer.max_tokens
+    feed-forward layers over a batch of trainer.max_tokens rows (at most PROBE_ROWS), and the
+    output layer."""
+    d, rows = cfg.model.d_model, min(cfg.trainer.max_tokens, PROBE_ROWS)
     return (
         (rows, d, d),
         (rows, d, cfg.model.d_ff),

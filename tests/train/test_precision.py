@@ -215,3 +215,15 @@ def test_a_resumed_run_keeps_its_products(tmp_path: Path, fresh_products: list[t
     assert len(fresh_products) == 1
     assert resumed.products == "aten"
     assert onednn.products() == "aten"
+
+
+def test_product_shapes_cap_the_rows_timed() -> None:
+    """A large batch is timed on PROBE_ROWS rows: the start-up timing stays about a second."""
+    cfg = compose_train(["trainer.max_tokens=8192", "model.d_model=64", "model.d_ff=128"])
+    rows = seq2seq.train.precision.PROBE_ROWS
+    assert seq2seq.train.precision.product_shapes(cfg, 100) == (
+        (rows, 64, 64),
+        (rows, 64, 128),
+        (rows, 128, 64),
+        (256, 64, 100),
+    )
