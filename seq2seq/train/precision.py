@@ -113,6 +113,7 @@ def resolve_products(
         return "", {}
     if resumed:
         kernels.set_products(resumed)
+        log.info("float32 products: %s, as chosen when the run started", resumed)
         return resumed, {}
     shapes = product_shapes(cfg, vocab)
     if shapes not in _PRODUCTS:
