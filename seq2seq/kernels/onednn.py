@@ -7,10 +7,10 @@ ones go there too, through `mkldnn::_linear_pointwise`, the op that torch.compil
 linear layers: forward, both gradients, and the fused loss.
 
 Which is faster depends on the CPU: on the AMD EPYC oneDNN's training step was 1.6x MKL's, on an
-Intel Xeon without AMX MKL's was 1.13x oneDNN's (docs/BENCHMARKS.md, "fp32 products"). So a
+Intel Xeon without AMX MKL's was 1.12x oneDNN's (docs/BENCHMARKS.md, section `products`). So a
 training run measures both on its own shapes (`time_products`, ~0.1-1 s) and keeps the faster
-(`set_products`); until then, and where nothing measured, products go to oneDNN. Set ENABLED to
-False to keep F.linear and torch.mm everywhere.
+(`set_products`); until then, and where nothing measured (decoding), products go to oneDNN.
+`set_products("aten")` keeps F.linear and torch.mm everywhere.
 
 oneDNN caches what it builds for each new shape: its primitive cache and ideep's LRU cache hold
 1,024 entries each by default, and every batch brings new shapes (its token count), so memory
