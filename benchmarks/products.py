@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_throughput as tt
-from common import command, median, multi30k_root, update_doc, write_json
+from common import command, median, multi30k_root, run_json, update_doc, write_json
 
 BACKENDS = ("onednn", "aten")
 
@@ -65,13 +63,12 @@ def tt_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def child(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Run one backend in a fresh Python process, with train_throughput's environment for ours
+    (its threads, this checkout on the path); returns its result."""
     cmd = [sys.executable, __file__, "--backend", backend, "--data", args.data]
     cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"{backend} failed:\n{out.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    cmd += ["--threads", str(args.threads)]
+    result: dict[str, Any] = run_json(cmd, tt.engine_env("ours", args.threads), backend)
     return result
 
 
