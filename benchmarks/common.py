@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 # oneDNN's own cache sizes, for the engines we compare against: kernels.setup_process() caps
-# ours, and a child process inherits the cap unless its environment sets these back
+# ours for training, and a child process inherits the cap unless its environment sets these back
 ONEDNN_DEFAULT_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024", "LRU_CACHE_CAPACITY": "1024"}
 
 

@@ -81,9 +81,10 @@ def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list
 
     from seq2seq import kernels
     from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, SearchKind
+    from seq2seq.decode.load import choose_products
     from seq2seq.decode.search import translate_ids
 
-    kernels.setup_process()  # as seq2seq.cli.translate runs it: oneDNN's cache caps
+    kernels.setup_process(torch.device("cpu"))  # as seq2seq.cli.translate runs it
     torch.set_num_threads(inputs.threads)
     model = _load_ours(inputs.paths["ours"], len(inputs.vocab))
     cfg = DecodeConfig(
@@ -96,6 +97,7 @@ def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list
         max_len_b=mode.limit,
     )
     min_len = FORCED if mode.forced else 0
+    choose_products(model.cfg, cfg, len(inputs.vocab), torch.device("cpu"))  # as Translator
 
     def decode(src_ids: list[list[int]]) -> list[list[int]]:
         return [h[0].tokens for h in translate_ids(model, src_ids, cfg, min_len=min_len)]

@@ -38,7 +38,7 @@ from seq2seq.config.schema import (
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.alignment import check_layer, hard_alignment, translation_attention
 from seq2seq.decode.ensemble import SearchModel
-from seq2seq.decode.load import load_ensemble, load_for_inference
+from seq2seq.decode.load import choose_products, load_ensemble, load_for_inference
 from seq2seq.decode.quantize import quantize_int8
 from seq2seq.decode.search import translate_ids
 from seq2seq.errors import ConfigError
@@ -88,8 +88,9 @@ class Translator:
         """Load a checkpoint (best.pt, last.pt, an average): a CheckpointError names a bad one.
         Several paths make an ensemble (seq2seq/decode/ensemble.py) that decodes with the first
         one's settings; their tokenizers must be the same. quantize="int8": every linear layer
-        in int8 (seq2seq/decode/quantize.py; CPU only)."""
-        kernels.setup_process()  # oneDNN's cache caps, before the first product
+        in int8 (seq2seq/decode/quantize.py; CPU only). In float32 on a CPU, decoding's products
+        run on the faster of oneDNN and ATen here, timed once a process (load.choose_products)."""
+        kernels.setup_process(kernels.resolve_device(device))  # before the first product
         weights = WeightType(quantize)
         if isinstance(path, (str, Path)) or len(path) == 1:
             one = path if isinstance(path, (str, Path)) else path[0]
@@ -99,6 +100,9 @@ class Translator:
         if weights == WeightType.int8:
             count = quantize_int8(translator.model)
             log.info("quantize=int8: %d linear layers in int8", count)
+        else:  # float32 products on the faster of oneDNN and ATen on this CPU
+            cfg, on = translator.cfg, next(translator.model.parameters()).device
+            choose_products(cfg.model, cfg.decode, translator.tgt_tok.vocab_size, on)
         return translator
 
     def decoder_layers(self) -> int:

@@ -11,6 +11,9 @@
     setup_process(device, training, mode)       process-wide settings, once at start-up
     resolve_device(name)                        'auto', 'cpu', 'cuda:N' -> a device that exists
     time_products(shapes), faster_products(t)  float32 CPU products timed on oneDNN and on ATen
+    time_decode_products(step, rows)            the same for decoding's (no gradients)
+    SMALL_ROWS                                  products of at most this many rows without
+                                                gradients always take F.linear (cpu.py)
     set_products(name), products()              where they run from now on ("onednn", "aten")
     time_alternating(candidates, run, rounds)   median seconds of each, alternating (timing.py)
 
@@ -44,8 +47,15 @@ from torch import Tensor
 from seq2seq.errors import ConfigError
 from seq2seq.kernels import cpu, onednn, reference
 from seq2seq.kernels.allocator import keep_freed_memory
+from seq2seq.kernels.cpu import SMALL_ROWS
 from seq2seq.kernels.loss import linear_label_smoothed_nll, linear_rdrop
-from seq2seq.kernels.onednn import faster_products, products, set_products, time_products
+from seq2seq.kernels.onednn import (
+    faster_products,
+    products,
+    set_products,
+    time_decode_products,
+    time_products,
+)
 from seq2seq.kernels.reference import Values, attention_mask, key_bias
 from seq2seq.kernels.timing import time_alternating
 
@@ -82,17 +92,19 @@ def setup_process(
     device: torch.device | str | None = None, training: bool = False, mode: str = "auto"
 ) -> None:
     """Process-wide settings, made by the entry points before any work (never on import):
-    the kernels' mode; oneDNN's cache capacities unless the user exported them (they must be
-    set before the first oneDNN product); SDPA's cuDNN backend off (on a GPU, a graph built
-    for each new shape); and, for training on a CPU, glibc's malloc keeps freed memory for
-    reuse (allocator.py)."""
+    the kernels' mode; for training, oneDNN's cache capacities unless the user exported them
+    (they must be set before the first oneDNN product; decoding keeps oneDNN's defaults, see
+    onednn.py); SDPA's cuDNN backend off (on a GPU, a graph built for each new shape); and, on
+    a CPU, glibc's malloc keeps freed memory for reuse (allocator.py): training's and decoding's
+    large blocks (logits, a beam's log-probabilities) come back each step."""
     set_mode(mode)
-    onednn.cap_caches()
+    if training:
+        onednn.cap_caches()
     # cuDNN's attention builds an execution graph for every new shape (hundreds of ms), and
     # our batches bring new lengths at every step (decoding: at every token): SDPA keeps its
     # flash, memory-efficient and math kernels (benchmarks/sdpa_backends.py measures them)
     torch.backends.cuda.enable_cudnn_sdp(False)
-    if training and device is not None and torch.device(device).type == "cpu":
+    if device is not None and torch.device(device).type == "cpu":
         keep_freed_memory()
 
 
@@ -218,6 +230,7 @@ def resolve_device(name: str) -> torch.device:
 
 __all__ = [
     "MODES",
+    "SMALL_ROWS",
     "attention",
     "attention_mask",
     "dropout",
@@ -234,6 +247,7 @@ __all__ = [
     "set_products",
     "setup_process",
     "time_alternating",
+    "time_decode_products",
     "time_products",
     "topk",
     "use",

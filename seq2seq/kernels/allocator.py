@@ -7,7 +7,9 @@ block comes back from the kernel as fresh pages and is faulted in and zeroed onc
 of all in the fused output layer and loss (seq2seq/kernels/loss.py). Raising both thresholds
 keeps those blocks in the heap for reuse; the cost is that memory freed after the peak is not
 handed back to the system while the process lives. seq2seq.kernels.setup_process calls it for
-CPU training.
+CPU training and decoding: a beam search's logits and log-probabilities, (batch x beam, vocab)
+each, are such blocks at every step (beam 5 on Multi30k: 1.19x faster with it, greedy 1.1x, on
+the Intel Xeon without AMX of docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations

@@ -57,8 +57,8 @@ ENV_PROBE = """
 import json, os, sys
 before = dict(os.environ)
 import seq2seq.kernels, seq2seq.model.layers, seq2seq.model.transformer, seq2seq.decode.search
-if sys.argv[1] == "setup":
-    seq2seq.kernels.setup_process()
+if sys.argv[1] != "import":
+    seq2seq.kernels.setup_process(training=sys.argv[1] == "setup-training")
 after = dict(os.environ)
 keys = before.keys() | after.keys()
 print(json.dumps({k: after.get(k) for k in keys if before.get(k) != after.get(k)}))
@@ -81,10 +81,15 @@ def test_importing_changes_no_environment_variable() -> None:
     assert env_changes("import") == {}
 
 
-def test_setup_caps_onednn_caches_unless_the_user_set_them() -> None:
+def test_setup_caps_onednn_caches_for_training_unless_the_user_set_them() -> None:
     cap = str(onednn.CACHE_CAPACITY)
-    assert env_changes("setup") == dict.fromkeys(onednn.CACHE_VARIABLES, cap)
-    assert env_changes("setup", LRU_CACHE_CAPACITY="7") == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": cap}
+    assert env_changes("setup-training") == dict.fromkeys(onednn.CACHE_VARIABLES, cap)
+    exported = env_changes("setup-training", LRU_CACHE_CAPACITY="7")
+    assert exported == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": cap}
+
+
+def test_setup_for_decoding_keeps_onednns_default_caches() -> None:
+    assert env_changes("setup-decoding") == {}
 
 
 CUDNN_PROBE = """
@@ -107,15 +112,16 @@ def test_setup_not_the_import_turns_off_cudnn_attention() -> None:
     assert enabled("setup") == "False"
 
 
-def test_setup_keeps_freed_memory_for_cpu_training_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_setup_keeps_freed_memory_on_the_cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     monkeypatch.setattr(kernels, "keep_freed_memory", lambda: calls.append("malloc") or True)
-    kernels.setup_process(torch.device("cpu"), training=False)
     kernels.setup_process(torch.device("cuda"), training=True)
+    kernels.setup_process(None, training=False)
     assert calls == []
     assert kernels.get_mode() == "auto"
+    kernels.setup_process(torch.device("cpu"), training=False)
     kernels.setup_process(torch.device("cpu"), training=True, mode="reference")
-    assert calls == ["malloc"]
+    assert calls == ["malloc", "malloc"]
     assert kernels.get_mode() == "reference"
 
 
