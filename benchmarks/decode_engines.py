@@ -97,7 +97,7 @@ def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list
         max_len_b=mode.limit,
     )
     min_len = FORCED if mode.forced else 0
-    choose_products(model.cfg, cfg, len(inputs.vocab), torch.device("cpu"))  # as Translator
+    choose_products(model, model.cfg, cfg, len(inputs.vocab))  # as Translator does
 
     def decode(src_ids: list[list[int]]) -> list[list[int]]:
         return [h[0].tokens for h in translate_ids(model, src_ids, cfg, min_len=min_len)]

@@ -4,6 +4,7 @@ trained. Imports no training or data-preparation code."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,18 +19,20 @@ from seq2seq.config.schema import (
     TrainConfig,
     config_from_dict,
 )
-from seq2seq.data.tokenizer import Tokenizer, tokenizer_from_state
-from seq2seq.decode.ensemble import Ensemble, check_same_vocabularies
+from seq2seq.data.tokenizer import EOS_ID, SPECIAL_TOKENS, Tokenizer, tokenizer_from_state
+from seq2seq.decode.ensemble import Ensemble, SearchModel, check_same_vocabularies
+from seq2seq.decode.search import decode_batch
 from seq2seq.kernels import resolve_device
 from seq2seq.model.transformer import EncoderDecoder, build_model
 from seq2seq.train.checkpoint import load_checkpoint, load_model_state
 
 log = logging.getLogger(__name__)
 
-# (step's products, row counts) -> the faster backend and the seconds timed, once a process
-_PRODUCTS: dict[tuple[tuple[tuple[int, int], ...], tuple[int, ...]], tuple[str, dict[str, float]]]
-_PRODUCTS = {}
-MAX_ROWS = 1024  # at most this many rows timed
+# (model sizes, vocabulary, search settings) -> the faster backend and its timings, once a process
+_PRODUCTS: dict[tuple[object, ...], tuple[str, dict[str, float]]] = {}
+PROBE_STEPS = 8  # decoder steps of the timed search
+PROBE_SOURCE_LEN = 16  # tokens per timed source, EOS included
+PROBE_ROUNDS = 3  # timed searches per backend, after an untimed one
 
 
 def load_for_inference(
@@ -56,37 +59,58 @@ def load_ensemble(
     return Ensemble([model for model, *_ in loaded]).eval(), src_tok, tgt_tok, cfg
 
 
-def decode_product_shapes(
-    model: ModelConfig, vocab: int, decode: DecodeConfig
-) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
-    """A decoding step's float32 products, (in, out) each: per decoder layer the self-attention's
-    query, key-value and output projections, the cross-attention's query and output ones and the
-    feed-forward layers, then the output layer; and the row counts to time them at: the
-    hypotheses of a full batch (sentences x beams, or samples) and half of them (sentences
-    leave the batch as they end). The encoder's products, once per batch, are left out."""
-    d, f = model.d_model, model.d_ff
-    layer = ((d, d), (d, 2 * d), (d, d), (d, d), (d, d), (d, f), (f, d))
+def probe_rows(decode: DecodeConfig) -> int:
+    """Decoder rows of a full batch: sentences x beams (beam search), x samples (sampling)."""
     per_sentence = {SearchKind.beam: decode.beam_size, SearchKind.sample: decode.nbest}
-    rows = min(decode.batch_size * per_sentence.get(decode.method, 1), MAX_ROWS)
-    return layer * model.dec_layers + ((d, vocab),), tuple(sorted({rows, rows // 2}, reverse=True))
+    return decode.batch_size * per_sentence.get(decode.method, 1)
+
+
+def time_decoding(model: SearchModel, decode: DecodeConfig, vocab: int) -> dict[str, float]:
+    """Median seconds, per float32 products backend (kernels.product_backends), of the search
+    `decode` over one batch of random sources of PROBE_SOURCE_LEN tokens for PROBE_STEPS steps:
+    the model's own products, at its batch's rows, through every check they pass in decoding
+    (kernels.time_alternating: alternating, after an untimed round). The products in use
+    before are put back."""
+    gen = torch.Generator().manual_seed(0)
+    shape = (decode.batch_size, PROBE_SOURCE_LEN)
+    src = torch.randint(len(SPECIAL_TOKENS), vocab, shape, generator=gen)  # (B, S)
+    src[:, -1] = EOS_ID
+    src = src.to(next(model.parameters()).device)
+    probe = dataclasses.replace(decode, max_len_a=0.0, max_len_b=PROBE_STEPS)
+
+    def search(name: str, _: int) -> None:
+        kernels.set_products(name)
+        decode_batch(model, src, probe, min_len=PROBE_STEPS)  # no sentence ends early
+
+    before = kernels.products()
+    try:
+        return kernels.time_alternating(kernels.product_backends(), search, PROBE_ROUNDS)
+    finally:
+        kernels.set_products(before)
 
 
 def choose_products(
-    model: ModelConfig, decode: DecodeConfig, vocab: int, device: torch.device
+    model: SearchModel, config: ModelConfig, decode: DecodeConfig, vocab: int
 ) -> tuple[str, dict[str, float]]:
     """Where decoding's float32 products run, and the seconds timed for each backend: the
-    faster of oneDNN and ATen on the products of `model` decoding with the settings `decode`
-    (`decode_product_shapes`, kernels.time_decode_products, ~0.1 s for model=tiny), timed once
-    a process and set process-wide. ("", {}) where nothing is timed: another device, the
-    reference kernels, or at most kernels.cpu.SMALL_ROWS rows (those always take F.linear)."""
-    step, rows = decode_product_shapes(model, vocab, decode)
-    if device.type != "cpu" or kernels.get_mode() != "auto" or rows[0] <= kernels.SMALL_ROWS:
+    faster of oneDNN and ATen for `model` (of sizes `config`) searching with the settings
+    `decode` (`time_decoding`, ~0.1-1 s), timed once a process for those sizes and settings
+    (logged then) and set process-wide. ("", {}) where nothing is timed: another device, the
+    reference kernels, or a batch of at most kernels.SMALL_ROWS rows (their products always
+    take F.linear)."""
+    device = next(model.parameters()).device
+    if device.type != "cpu" or kernels.get_mode() != "auto":
         return "", {}
-    if (step, rows) not in _PRODUCTS:
-        times = kernels.time_decode_products(step, rows)
-        _PRODUCTS[step, rows] = (kernels.faster_products(times), times)
-    chosen, times = _PRODUCTS[step, rows]
+    if probe_rows(decode) <= kernels.SMALL_ROWS:
+        return "", {}
+    search = (decode.method, decode.beam_size, decode.nbest, decode.batch_size)
+    key = (config.d_model, config.d_ff, config.enc_layers, config.dec_layers, vocab, search)
+    if key not in _PRODUCTS:
+        times = time_decoding(model, decode, vocab)
+        _PRODUCTS[key] = (kernels.faster_products(times), times)
+        shown = ", ".join(f"{name} {s * 1e3:.1f} ms" for name, s in times.items())
+        how = f"{decode.method.value}, {probe_rows(decode)} rows, {PROBE_STEPS} steps"
+        log.info("float32 decoding products: %s here (%s: %s)", _PRODUCTS[key][0], how, shown)
+    chosen, times = _PRODUCTS[key]
     kernels.set_products(chosen)
-    shown = ", ".join(f"{name} {s * 1e3:.1f} ms" for name, s in times.items())
-    log.info("float32 decoding products: %s on this CPU (a step's products: %s)", chosen, shown)
     return chosen, times

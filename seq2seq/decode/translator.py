@@ -77,6 +77,7 @@ class Translator:
         self.model, self.src_tok, self.tgt_tok, self.cfg = model, src_tok, tgt_tok, cfg
         self.decode = cfg.decode  # the settings its run was tested with
         self.lock = threading.Lock()
+        self.weights = WeightType.float32  # int8 once quantized (from_checkpoint)
 
     @classmethod
     def from_checkpoint(
@@ -88,8 +89,7 @@ class Translator:
         """Load a checkpoint (best.pt, last.pt, an average): a CheckpointError names a bad one.
         Several paths make an ensemble (seq2seq/decode/ensemble.py) that decodes with the first
         one's settings; their tokenizers must be the same. quantize="int8": every linear layer
-        in int8 (seq2seq/decode/quantize.py; CPU only). In float32 on a CPU, decoding's products
-        run on the faster of oneDNN and ATen here, timed once a process (load.choose_products)."""
+        in int8 (seq2seq/decode/quantize.py; CPU only)."""
         kernels.setup_process(kernels.resolve_device(device))  # before the first product
         weights = WeightType(quantize)
         if isinstance(path, (str, Path)) or len(path) == 1:
@@ -99,10 +99,8 @@ class Translator:
             translator = cls(*load_ensemble(path, device))
         if weights == WeightType.int8:
             count = quantize_int8(translator.model)
+            translator.weights = weights
             log.info("quantize=int8: %d linear layers in int8", count)
-        else:  # float32 products on the faster of oneDNN and ATen on this CPU
-            cfg, on = translator.cfg, next(translator.model.parameters()).device
-            choose_products(cfg.model, cfg.decode, translator.tgt_tok.vocab_size, on)
         return translator
 
     def decoder_layers(self) -> int:
@@ -149,7 +147,9 @@ class Translator:
     ) -> list[list[Translation]]:
         """Translations of `texts` with the settings `decode` (and their `attention` when
         asked). Words or characters unseen in training become <unk>; texts over the model's
-        data.max_len tokens are truncated to it, with a warning naming them (1-based)."""
+        data.max_len tokens are truncated to it, with a warning naming them (1-based). In float32
+        on a CPU, the products run on the faster of oneDNN and ATen here for these settings,
+        timed on a few decoding steps of the model the first time (load.choose_products)."""
         ids = self.src_tok.encode_batch(list(texts))
         max_len = self.cfg.data.max_len
         long = [i + 1 for i, x in enumerate(ids) if len(x) > max_len]
@@ -163,6 +163,9 @@ class Translator:
                 shown,
             )
         with self.lock:
+            if self.weights == WeightType.float32:  # timed once a process for these settings
+                vocab = self.tgt_tok.vocab_size
+                choose_products(self.model, self.cfg.model, decode, vocab)
             found = translate_ids(self.model, ids, decode, max_len)
             weights: list[list[Tensor | None]] = [[None] * len(n) for n in found]
             if attention:

@@ -11,7 +11,7 @@
     setup_process(device, training, mode)       process-wide settings, once at start-up
     resolve_device(name)                        'auto', 'cpu', 'cuda:N' -> a device that exists
     time_products(shapes), faster_products(t)  float32 CPU products timed on oneDNN and on ATen
-    time_decode_products(step, rows)            the same for decoding's (no gradients)
+    product_backends()                          the backends this torch can run them on
     SMALL_ROWS                                  products of at most this many rows without
                                                 gradients always take F.linear (cpu.py)
     set_products(name), products()              where they run from now on ("onednn", "aten")
@@ -51,9 +51,9 @@ from seq2seq.kernels.cpu import SMALL_ROWS
 from seq2seq.kernels.loss import linear_label_smoothed_nll, linear_rdrop
 from seq2seq.kernels.onednn import (
     faster_products,
+    product_backends,
     products,
     set_products,
-    time_decode_products,
     time_products,
 )
 from seq2seq.kernels.reference import Values, attention_mask, key_bias
@@ -239,6 +239,7 @@ __all__ = [
     "key_bias",
     "linear",
     "output_loss",
+    "product_backends",
     "products",
     "rdrop_loss",
     "resolve_device",
@@ -247,7 +248,6 @@ __all__ = [
     "set_products",
     "setup_process",
     "time_alternating",
-    "time_decode_products",
     "time_products",
     "topk",
     "use",

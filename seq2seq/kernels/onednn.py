@@ -9,10 +9,10 @@ linear layers: forward, both gradients, and the fused loss.
 Which is faster depends on the CPU: on the AMD EPYC oneDNN's training step was 1.6x MKL's, on an
 Intel Xeon without AMX MKL's was 1.12x oneDNN's (docs/BENCHMARKS.md, section `products`). So a
 training run measures both on its own shapes (`time_products`, ~0.1-1 s) and keeps the faster
-(`set_products`). Decoding differs: products without gradients, a few hundred rows at most, the
-weights packed (below); Translator.from_checkpoint times those (`time_decode_products`) and
-keeps the faster. On the Intel Xeon without AMX ATen decoded 1.3x faster than oneDNN. Until a
-choice is made, products go to oneDNN. `set_products("aten")` keeps F.linear and torch.mm
+(`set_products`). Decoding differs (products without gradients, a few hundred rows at most, the
+weights packed, below): Translator.from_checkpoint times a few decoding steps of the model
+itself on each (seq2seq/decode/load.py) and keeps the faster. Until a choice is made, products
+go to oneDNN. `set_products("aten")` keeps F.linear and torch.mm
 everywhere.
 
 oneDNN caches what it builds for each new shape: its primitive cache and ideep's LRU cache hold
@@ -224,7 +224,7 @@ def time_products(
     (rows, in, out) of `shapes`, a linear layer's forward and both gradients, as `_Linear` runs
     them (oneDNN) and as F.linear does (ATen), alternating after an untimed round
     (timing.time_alternating)."""
-    names = PRODUCTS if AVAILABLE else PRODUCTS[1:]
+    names = product_backends()
     gen = torch.Generator().manual_seed(0)
     operands = [
         (
@@ -239,29 +239,9 @@ def time_products(
         return time_alternating(names, lambda name, _: _train_products(operands, name), rounds)
 
 
-def _decode_products(operands: list[tuple[Tensor, Tensor, Tensor]], name: str) -> None:
-    """Each product of decoding steps on `name`'s products, as `linear` runs them."""
-    for x, weight, bias in operands:
-        if name == "onednn":
-            linear(x, weight, bias)  # the weight packed once, as decoding packs it
-        else:
-            F.linear(x, weight, bias)
-
-
-def time_decode_products(
-    step: Sequence[tuple[int, int]], rows: Sequence[int], rounds: int = TIMED_ROUNDS
-) -> dict[str, float]:
-    """Median seconds, per backend of PRODUCTS, of float32 products without gradients: a
-    decoding step's products `step`, (in, out) each with a weight of its own, over each row
-    count of `rows` in turn (x (rows, in) @ weight (out, in).T + bias), as `linear` runs them on
-    oneDNN (weights packed) and as F.linear does (ATen), alternating after an untimed round
-    (timing.time_alternating)."""
-    names = PRODUCTS if AVAILABLE else PRODUCTS[1:]
-    gen = torch.Generator().manual_seed(0)
-    weights = [(torch.randn(n, k, generator=gen) / k**0.5, torch.zeros(n)) for k, n in step]
-    operands = [(torch.randn(m, w.size(1), generator=gen), w, b) for m in rows for w, b in weights]
-    with torch.inference_mode():
-        return time_alternating(names, lambda name, _: _decode_products(operands, name), rounds)
+def product_backends() -> tuple[str, ...]:
+    """The backends of PRODUCTS this torch can run: both, or ATen alone without oneDNN's ops."""
+    return PRODUCTS if AVAILABLE else PRODUCTS[1:]
 
 
 def faster_products(times: dict[str, float]) -> str:

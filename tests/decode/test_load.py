@@ -1,4 +1,5 @@
-"""load.py: decoding's float32 products go to the faster backend on this CPU, timed once."""
+"""load.py: decoding's float32 products go to the faster backend on this CPU, timed once, on a
+few decoding steps of the model itself."""
 
 from __future__ import annotations
 
@@ -10,76 +11,99 @@ import torch
 
 import seq2seq.decode.load
 from seq2seq import kernels
-from seq2seq.config.schema import DecodeConfig, ModelConfig, SearchKind
-from seq2seq.decode.load import choose_products, decode_product_shapes
+from seq2seq.config.schema import DecodeConfig, SearchKind
+from seq2seq.decode import search
+from seq2seq.decode.load import PROBE_STEPS, choose_products, probe_rows, time_decoding
 from seq2seq.decode.translator import Translator
 from seq2seq.kernels import onednn
+from seq2seq.model.transformer import EncoderDecoder
 from seq2seq.train.run import train
+from tests.conftest import MakeModel
 from tests.tiny_run import compose_train, tiny_overrides, write_slice
 
-MODEL = ModelConfig(d_model=16, n_heads=2, enc_layers=1, dec_layers=2, d_ff=24)
-CPU = torch.device("cpu")
+BEAM = DecodeConfig(method=SearchKind.beam, beam_size=4, batch_size=8)
 
 
 @pytest.fixture
 def fresh_products(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
-    """No choice of this process remembered; time_decode_products scripted (oneDNN 2 ms, ATen
-    1 ms) and its calls recorded."""
+    """No choice of this process remembered; time_decoding scripted (oneDNN 2 ms, ATen 1 ms)
+    and its calls recorded."""
     monkeypatch.setattr(seq2seq.decode.load, "_PRODUCTS", {})
     timed: list[tuple] = []
 
-    def time_decode_products(step: tuple, rows: tuple) -> dict[str, float]:
-        timed.append((step, rows))
+    def scripted(model: object, decode: DecodeConfig, vocab: int) -> dict[str, float]:
+        timed.append((model, decode, vocab))
         return {"onednn": 0.002, "aten": 0.001}
 
-    monkeypatch.setattr(kernels, "time_decode_products", time_decode_products)
+    monkeypatch.setattr(seq2seq.decode.load, "time_decoding", scripted)
     return timed
 
 
-def test_shapes_are_a_steps_products_at_a_full_and_a_half_batch() -> None:
-    """Per decoder layer: self-attention q, kv, out; cross-attention q, out; feed-forward up,
-    down; then the output layer. Beam search has batch x beam rows, sampling batch x samples."""
-    layer = ((16, 16), (16, 32), (16, 16), (16, 16), (16, 16), (16, 24), (24, 16))
-    step = layer * 2 + ((16, 50),)
-    beam = DecodeConfig(method=SearchKind.beam, beam_size=5, batch_size=64)
-    assert decode_product_shapes(MODEL, 50, beam) == (step, (320, 160))
-    greedy = DecodeConfig(method=SearchKind.greedy, beam_size=5, batch_size=33)
-    assert decode_product_shapes(MODEL, 50, greedy)[1] == (33, 16)
-    sample = DecodeConfig(method=SearchKind.sample, nbest=3, batch_size=10)
-    assert decode_product_shapes(MODEL, 50, sample)[1] == (30, 15)
-    huge = DecodeConfig(method=SearchKind.beam, beam_size=12, batch_size=1000)
-    assert decode_product_shapes(MODEL, 50, huge)[1] == (1024, 512)
+def test_probe_rows_are_a_full_batchs_hypotheses() -> None:
+    assert probe_rows(DecodeConfig(method=SearchKind.beam, beam_size=5, batch_size=64)) == 320
+    assert probe_rows(DecodeConfig(method=SearchKind.greedy, beam_size=5, batch_size=33)) == 33
+    assert probe_rows(DecodeConfig(method=SearchKind.sample, nbest=3, batch_size=10)) == 30
+
+
+def test_time_decoding_runs_the_search_on_each_backend(
+    make_model: MakeModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Catches timing one backend twice, a search that ends early or has another batch than
+    the settings', or leaving the last backend timed in place of the one in use."""
+    model = make_model()
+    seen: list[tuple[str, tuple[int, ...], int, int]] = []
+    real = search.decode_batch
+
+    def recorded(m: EncoderDecoder, src: torch.Tensor, cfg: DecodeConfig, min_len: int) -> list:
+        found = real(m, src, cfg, min_len)
+        steps = {len(h.tokens) + 1 for hyps in found for h in hyps}  # EOS included
+        seen.append((onednn.products(), tuple(src.shape), min_len, *steps))
+        return found
+
+    monkeypatch.setattr(seq2seq.decode.load, "decode_batch", recorded)
+    onednn.set_products("aten")
+    times = time_decoding(model, BEAM, 24)
+    backends = onednn.product_backends()
+    assert set(times) == set(backends)
+    assert min(times.values()) > 0
+    assert [name for name, *_ in seen] == list(backends) * 4  # an untimed round, then 3
+    shape = (8, seq2seq.decode.load.PROBE_SOURCE_LEN)
+    assert {tuple(rest) for _, *rest in seen} == {(shape, PROBE_STEPS, PROBE_STEPS)}
+    assert onednn.products() == "aten"
 
 
 def test_the_faster_is_kept_once_a_process(
-    fresh_products: list[tuple], caplog: pytest.LogCaptureFixture
+    make_model: MakeModel, fresh_products: list[tuple], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Catches keeping oneDNN where ATen was faster, timing other shapes than the model's, or
-    timing again in the same process."""
-    decode = DecodeConfig(method=SearchKind.beam, beam_size=4, batch_size=8)
+    """Catches keeping oneDNN where ATen was faster, or timing again in the same process."""
+    model = make_model()
     with caplog.at_level(logging.INFO, logger="seq2seq"):
-        chosen = choose_products(MODEL, decode, 50, CPU)
+        chosen = choose_products(model, model.cfg, BEAM, 24)
     assert chosen == ("aten", {"onednn": 0.002, "aten": 0.001})
-    assert fresh_products == [decode_product_shapes(MODEL, 50, decode)]
+    assert fresh_products == [(model, BEAM, 24)]
     assert onednn.products() == "aten"
-    assert "float32 decoding products: aten on this CPU (a step's products: onednn 2.0 ms" in (
+    assert "float32 decoding products: aten here (beam, 32 rows, 8 steps: onednn 2.0 ms" in (
         caplog.text
     )
     onednn.set_products("onednn")
-    assert choose_products(MODEL, decode, 50, CPU)[0] == "aten"
+    assert choose_products(model, model.cfg, BEAM, 24)[0] == "aten"
     assert len(fresh_products) == 1
     assert onednn.products() == "aten"  # set again from the remembered choice
+    greedy = DecodeConfig(method=SearchKind.greedy, batch_size=16)
+    choose_products(model, model.cfg, greedy, 24)
+    assert len(fresh_products) == 2  # other settings: timed again
 
 
-@pytest.mark.parametrize("case", ["cuda", "reference", "one sentence"])
-def test_nothing_is_timed_where_no_choice_matters(fresh_products: list[tuple], case: str) -> None:
-    """Another device, the reference kernels, or at most SMALL_ROWS rows (F.linear always)."""
-    decode = DecodeConfig(method=SearchKind.beam, beam_size=4, batch_size=8)
-    device = torch.device("cuda") if case == "cuda" else CPU
+@pytest.mark.parametrize("case", ["reference", "one sentence"])
+def test_nothing_is_timed_where_no_choice_matters(
+    make_model: MakeModel, fresh_products: list[tuple], case: str
+) -> None:
+    """The reference kernels, or at most SMALL_ROWS rows (F.linear always)."""
+    model, decode = make_model(), BEAM
     if case == "one sentence":
         decode = DecodeConfig(method=SearchKind.beam, beam_size=kernels.SMALL_ROWS, batch_size=1)
     with kernels.use("reference" if case == "reference" else "auto"):
-        assert choose_products(MODEL, decode, 50, device) == ("", {})
+        assert choose_products(model, model.cfg, decode, 24) == ("", {})
     assert fresh_products == []
     assert onednn.products() == "onednn"
 
@@ -92,13 +116,21 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "run" / "checkpoints" / "last.pt"
 
 
-def test_translator_chooses_float32_products_not_int8_ones(
+def test_translator_times_float32_products_at_each_searchs_settings(
     checkpoint: Path, fresh_products: list[tuple]
 ) -> None:
-    """from_checkpoint times the model's decoding products at its settings; int8 has none."""
-    Translator.from_checkpoint(checkpoint, device="cpu", quantize="int8")
+    """The first translation with some settings times the model at those settings (greedy and
+    beam differ), once; int8 has no float32 products to time."""
+    int8 = Translator.from_checkpoint(checkpoint, device="cpu", quantize="int8")
+    int8.translate(["a b c"], beam_size=4, batch_size=8)
     assert fresh_products == []
     translator = Translator.from_checkpoint(checkpoint, device="cpu")
-    cfg, vocab = translator.cfg, translator.tgt_tok.vocab_size
-    assert fresh_products == [decode_product_shapes(cfg.model, vocab, cfg.decode)]
+    assert fresh_products == []  # loading times nothing
+    vocab = translator.tgt_tok.vocab_size
+    beam = translator.settings(beam_size=4, batch_size=8)
+    translator.translate(["a b c"], beam_size=4, batch_size=8)
+    translator.translate(["a b", "c"], beam_size=4, batch_size=8)
+    assert fresh_products == [(translator.model, beam, vocab)]
     assert onednn.products() == "aten"
+    translator.translate(["a b c"], beam_size=1, batch_size=16)
+    assert fresh_products[1][1] == translator.settings(beam_size=1, batch_size=16)

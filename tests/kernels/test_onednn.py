@@ -193,34 +193,10 @@ def test_time_products_runs_both_backends_products() -> None:
     assert onednn.products() == "onednn"
 
 
-def test_time_decode_products_times_each_row_count_of_the_step(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Catches timing other shapes than a step's products at each row count, products with
-    gradients, or sharing one weight among a step's products (a model's layers have their own)."""
-    seen: dict[str, list[tuple]] = {}
-
-    def products(operands: list, name: str) -> None:
-        assert not torch.is_grad_enabled()
-        seen[name] = [(tuple(x.shape), w.data_ptr()) for x, w, _ in operands]
-
-    monkeypatch.setattr(onednn, "_decode_products", products)
-    times = onednn.time_decode_products([(8, 16), (8, 16), (16, 4)], [6, 3], rounds=1)
-    assert set(times) == {"onednn", "aten"}
-    assert seen["onednn"] == seen["aten"]
-    shapes = [shape for shape, _ in seen["aten"]]
-    assert shapes == [(6, 8), (6, 8), (6, 16), (3, 8), (3, 8), (3, 16)]
-    weights = [ptr for _, ptr in seen["aten"]]
-    assert len(set(weights[:3])) == 3
-    assert weights[:3] == weights[3:]
-
-
-def test_time_decode_products_runs_both_backends_without_gradients() -> None:
-    """The real products, packed weights on oneDNN: both timed, nothing left set."""
-    times = onednn.time_decode_products([(8, 16), (16, 8)], [6, 3], rounds=1)
-    assert set(times) == {"onednn", "aten"}
-    assert min(times.values()) > 0
-    assert onednn.products() == "onednn"
+def test_product_backends_are_those_this_torch_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert onednn.product_backends() == (("onednn", "aten") if onednn.AVAILABLE else ("aten",))
+    monkeypatch.setattr(onednn, "AVAILABLE", False)
+    assert onednn.product_backends() == ("aten",)
 
 
 def test_faster_products_takes_the_shorter_and_onednn_on_a_tie() -> None:
