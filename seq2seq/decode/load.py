@@ -98,10 +98,8 @@ def choose_products(
     (logged then) and set process-wide. ("", {}) where nothing is timed: another device, the
     reference kernels, or a batch of at most kernels.SMALL_ROWS rows (their products always
     take F.linear)."""
-    device = next(model.parameters()).device
-    if device.type != "cpu" or kernels.get_mode() != "auto":
-        return "", {}
-    if probe_rows(decode) <= kernels.SMALL_ROWS:
+    device, rows = next(model.parameters()).device, probe_rows(decode)
+    if device.type != "cpu" or kernels.get_mode() != "auto" or rows <= kernels.SMALL_ROWS:
         return "", {}
     search = (decode.method, decode.beam_size, decode.nbest, decode.batch_size)
     key = (config.d_model, config.d_ff, config.enc_layers, config.dec_layers, vocab, search)
@@ -109,7 +107,7 @@ def choose_products(
         times = time_decoding(model, decode, vocab)
         _PRODUCTS[key] = (kernels.faster_products(times), times)
         shown = ", ".join(f"{name} {s * 1e3:.1f} ms" for name, s in times.items())
-        how = f"{decode.method.value}, {probe_rows(decode)} rows, {PROBE_STEPS} steps"
+        how = f"{decode.method.value}, {rows} rows, {PROBE_STEPS} steps"
         log.info("float32 decoding products: %s here (%s: %s)", _PRODUCTS[key][0], how, shown)
     chosen, times = _PRODUCTS[key]
     kernels.set_products(chosen)

@@ -10,9 +10,9 @@ Which is faster depends on the CPU: on the AMD EPYC oneDNN's training step was 1
 Intel Xeon without AMX MKL's was 1.12x oneDNN's (docs/BENCHMARKS.md, section `products`). So a
 training run measures both on its own shapes (`time_products`, ~0.1-1 s) and keeps the faster
 (`set_products`). Decoding differs (products without gradients, a few hundred rows at most, the
-weights packed, below): Translator.from_checkpoint times a few decoding steps of the model
-itself on each (seq2seq/decode/load.py) and keeps the faster. Until a choice is made, products
-go to oneDNN. `set_products("aten")` keeps F.linear and torch.mm
+weights packed, below): a Translator's first translation with some settings times a few
+decoding steps of the model itself on each (seq2seq/decode/load.py) and keeps the faster. Until
+a choice is made, products go to oneDNN. `set_products("aten")` keeps F.linear and torch.mm
 everywhere.
 
 oneDNN caches what it builds for each new shape: its primitive cache and ideep's LRU cache hold
