@@ -27,6 +27,8 @@ MATMUL_MAX_KEYS = 32
 SMALL_ROWS = 8
 # attention without gradients over at most this many query rows (B x Tq) goes to SDPA
 FEW_QUERY_ROWS = 8
+# (both chosen on an AMD EPYC and timed again on an Intel Xeon without AMX, where they hold:
+# benchmarks/small_shapes.py, docs/BENCHMARKS.md)
 # top-k and row maxima over at least this many elements go block by block (see `topk`)
 BLOCKED_MIN_ELEMENTS = 1 << 16
 BLOCK = 64  # elements a block
