@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import statistics
 import time
 
 import torch
-from common import machine, multi30k_root, split_file
+from common import machine, median, multi30k_root, split_file
 
 from seq2seq.decode.translator import Translator
 from seq2seq.kernels import cpu
@@ -34,6 +33,13 @@ SETTINGS: dict[str, dict[str, int]] = {
     "SMALL_ROWS=0": {"SMALL_ROWS": 0},
     "FEW_QUERY_ROWS=0": {"FEW_QUERY_ROWS": 0},
 }
+FIXED = {name: getattr(cpu, name) for name in ("SMALL_ROWS", "FEW_QUERY_ROWS")}
+
+
+def apply(change: dict[str, int]) -> None:
+    """kernels.cpu's thresholds as set, with `change` over them ({}: as set)."""
+    for constant, value in FIXED.items():
+        setattr(cpu, constant, change.get(constant, value))
 
 
 def timed(translator: Translator, texts: list[str], beam: int) -> tuple[float, list[str]]:
@@ -59,24 +65,21 @@ def main() -> None:
     opener = gzip.open if src.suffix == ".gz" else open
     with opener(src, "rt", encoding="utf-8") as f:
         texts = [line.strip() for _, line in zip(range(args.sentences), f, strict=False)]
-    fixed = {name: getattr(cpu, name) for name in ("SMALL_ROWS", "FEW_QUERY_ROWS")}
     print(machine())
     for beam in (1, 5):
         times: dict[str, list[float]] = {name: [] for name in SETTINGS}
         outputs: dict[str, list[str]] = {}
         for round_ in range(args.rounds):
             for name, change in SETTINGS.items():
-                for constant, value in fixed.items():
-                    setattr(cpu, constant, change.get(constant, value))
+                apply(change)
                 ms, outputs[name] = timed(translator, texts, beam)
                 if round_:
                     times[name].append(ms)
-        for constant, value in fixed.items():
-            setattr(cpu, constant, value)
+        apply({})
         for name, ms_list in times.items():
             same = outputs[name] == outputs["as set"]
             print(
-                f"beam {beam}, {name}: {statistics.median(ms_list):.2f} ms a sentence "
+                f"beam {beam}, {name}: {median(ms_list):.2f} ms a sentence "
                 f"(median of {len(ms_list)}; same translations as set: {same})"
             )
 
