@@ -114,6 +114,12 @@ def evaluate(cfg: EvaluateConfig) -> tuple[str, dict[str, object]]:
         name = Path(cfg.hyp).name
     elif cfg.ckpt is not None:
         translator, pairs = read_checkpoint_split(cfg)
+        if translator.tgt_tok.lowercase and not cfg.lowercase:
+            log.warning(
+                "%s writes lowercase only (its tokenizer folds case): cased BLEU and chrF count "
+                "every capital as an error. fix: add lowercase=true for scores that compare",
+                cfg.ckpt,
+            )
         if cfg.score_refs:
             refscores = score_references(translator, pairs, cfg)
         hyps = translate_split(translator, pairs, cfg)

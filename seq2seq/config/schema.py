@@ -203,6 +203,10 @@ class TokenizerConfig:
     joint: bool = True  # one vocabulary for both languages
     min_freq: int = 1  # word/char: drop tokens seen fewer times
     character_coverage: float = 1.0  # sentencepiece: share of characters covered
+    # fold case: the tokenizer is trained on lowercased text and lowercases every text it encodes
+    # (sentencepiece: its nmt_nfkc_cf rule, kept in the model file), so the model reads and writes
+    # lowercase only, as the Multi30k papers' preprocessing; validation then scores lowercased
+    lowercase: bool = False
     cache_dir: str = ".cache/tokenizers"  # trained models, keyed by a hash of data + settings
     sample_lines: int = 1_000_000  # trained on at most this many random training pairs (or all)
     sample_seed: int = 1  # seed of that sample

@@ -9,7 +9,8 @@ of its words' ids. `WordCache` encodes each distinct word once and reuses it: on
 words repeat, and this is several times faster than encoding whole lines. It is exact only when
 SentencePiece's normalisation neither adds, removes nor moves a word boundary, so a line takes
 the cached path only when every character in it is *plain*: a space, or a character that the
-model's normaliser leaves unchanged between two letters (`x?x` -> `x?x`). Other lines (tabs,
+model's normaliser leaves unchanged between two letters (`x?x` -> `x?x`), or turns into one
+other letter there (a case-folding model's `xAx` -> `xax`). Other lines (tabs,
 no-break spaces, ligatures, control or zero-width characters, ...) are encoded whole by
 SentencePiece. tests/data/test_encode.py checks the two agree on Multi30k and on adversarial text.
 
@@ -53,11 +54,12 @@ class WordCache:
 
     def is_plain(self, char: str) -> bool:
         """Whether `char` can be cut around: not whitespace other than a space, and unchanged by
-        the model's normaliser between two letters."""
+        the model's normaliser between two letters, or made one other letter (case folding)."""
         known = self.plain.get(char)
         if known is None:
-            probe = f"x{char}x"
-            known = not char.isspace() and self.sp.normalize(probe) == "\u2581" + probe
+            out = self.sp.normalize(f"x{char}x")  # "▁x" + what char became + "x"
+            kept = out[2:-1] == char or (len(out) == 4 and out[2].isalpha())  # or case-folded
+            known = not char.isspace() and out[:2] == "\u2581x" and out[-1] == "x" and kept
             self.plain[char] = known
         return known
 

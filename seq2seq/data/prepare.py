@@ -161,6 +161,7 @@ def tokenizers_for(
             cache_dir=cache,
             min_freq=tok.min_freq,
             character_coverage=tok.character_coverage,
+            lowercase=tok.lowercase,
         )
     except (ValueError, RuntimeError, UnicodeDecodeError) as err:
         raise ValueError(
@@ -350,6 +351,8 @@ def settings(data: DataConfig, tok: TokenizerConfig) -> dict[str, Any]:
             "character_coverage": tok.character_coverage,
             "sample_lines": tok.sample_lines,
             "sample_seed": tok.sample_seed,
+            # only when set, so that the corpora prepared before it existed keep their keys
+            **({"lowercase": True} if tok.lowercase else {}),
         },
     }
 

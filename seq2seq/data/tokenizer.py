@@ -6,6 +6,11 @@ Four kinds share one interface (`Tokenizer`) and the same four special ids:
 * `word`: whitespace-separated words (`VocabTokenizer`);
 * `char`: single characters, spaces included (`VocabTokenizer`).
 
+Any kind can fold case (`lowercase`): it is trained on lowercased text and lowercases what it
+encodes, so its model sees, and writes, lowercase only. SentencePiece models do it with their own
+normalisation rule (`nmt_nfkc_cf`: NFKC, then case folding), which lives in the model file, so
+every program that loads the model (CTranslate2, transformers) folds case the same way.
+
 A tokenizer's `Tokenizer.state()` holds only plain values (str, int, bytes, lists), so it
 can be stored inside a checkpoint that is read back with `torch.load(weights_only=True)`, and
 `tokenizer_from_state` rebuilds the tokenizer from it.
@@ -21,6 +26,7 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -46,6 +52,11 @@ class Tokenizer(Protocol):
     @property
     def vocab_size(self) -> int:
         """Number of ids, the special tokens included."""
+        ...
+
+    @property
+    def lowercase(self) -> bool:
+        """Whether the tokenizer folds case: it encodes "A" as "a", and decodes lowercase text."""
         ...
 
     def encode(self, text: str) -> list[int]:
@@ -115,6 +126,12 @@ class SentencePieceTokenizer:
         """Number of pieces in the model (may be below the requested size on small corpora)."""
         return int(self._sp.get_piece_size())
 
+    @property
+    def lowercase(self) -> bool:
+        """Whether the model's normaliser folds case (`nmt_nfkc_cf`): "A" and "a" normalise
+        alike."""
+        return bool(self._sp.normalize("A") == self._sp.normalize("a"))
+
     def id_to_token(self, token_id: int) -> str:
         """The piece of `token_id` (`"▁"` marks a word start)."""
         return str(self._sp.id_to_piece(int(token_id)))
@@ -158,14 +175,14 @@ class VocabTokenizer:
     tokens are never produced from text (a literal `"<s>"` word encodes to UNK).
     """
 
-    def __init__(self, kind: str, tokens: Sequence[str]) -> None:
+    def __init__(self, kind: str, tokens: Sequence[str], lowercase: bool = False) -> None:
         if kind not in VOCAB_KINDS:
             raise ValueError(f"vocabulary kind must be one of {VOCAB_KINDS}, got {kind!r}")
         if tuple(tokens[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
             raise ValueError(f"tokens must start with {SPECIAL_TOKENS}")
         if len(set(tokens)) != len(tokens):
             raise ValueError("tokens must be unique")
-        self.kind = kind
+        self.kind, self._lowercase = kind, lowercase
         self._tokens = [str(t) for t in tokens]
         self._index = {t: i for i, t in enumerate(self._tokens) if i >= len(SPECIAL_TOKENS)}
         self._split = _SPLITTERS[kind]
@@ -176,6 +193,11 @@ class VocabTokenizer:
         """Number of tokens, the specials included."""
         return len(self._tokens)
 
+    @property
+    def lowercase(self) -> bool:
+        """Whether `encode` lowercases text first (str.lower)."""
+        return self._lowercase
+
     def id_to_token(self, token_id: int) -> str:
         """The token string of `token_id`."""
         return self._tokens[int(token_id)]
@@ -183,6 +205,8 @@ class VocabTokenizer:
     def encode(self, text: str) -> list[int]:
         """Ids of the words/characters of `text`; unseen ones map to `UNK_ID`."""
         index = self._index
+        if self._lowercase:
+            text = text.lower()
         return [index.get(tok, UNK_ID) for tok in self._split(text)]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -198,38 +222,52 @@ class VocabTokenizer:
         )
 
     def state(self) -> dict[str, object]:
-        """`{"kind": ..., "tokens": [token of id 0, token of id 1, ...]}`."""
-        return {"kind": self.kind, "tokens": list(self._tokens)}
+        """`{"kind": ..., "tokens": [token of id 0, token of id 1, ...]}`, and `"lowercase":
+        True` when it folds case (absent otherwise, so older states read the same)."""
+        state: dict[str, object] = {"kind": self.kind, "tokens": list(self._tokens)}
+        if self._lowercase:
+            state["lowercase"] = True
+        return state
 
     def __repr__(self) -> str:
-        return f"VocabTokenizer(kind={self.kind!r}, vocab_size={self.vocab_size})"
+        return (
+            f"VocabTokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, "
+            f"lowercase={self._lowercase})"
+        )
 
 
 def build_vocab(
-    kind: str, texts: Iterable[str], *, vocab_size: int, min_freq: int = 1
+    kind: str, texts: Iterable[str], *, vocab_size: int, min_freq: int = 1, lowercase: bool = False
 ) -> VocabTokenizer:
-    """Counts words/characters of `texts`; keeps the `vocab_size` most frequent (specials
-    included) seen at least `min_freq` times, ties broken by token string."""
+    """Counts words/characters of `texts` (lowercased first if `lowercase`); keeps the
+    `vocab_size` most frequent (specials included) seen at least `min_freq` times, ties broken
+    by token string."""
     if kind not in VOCAB_KINDS:
         raise ValueError(f"vocabulary kind must be one of {VOCAB_KINDS}, got {kind!r}")
     split = _SPLITTERS[kind]
     counts: Counter[str] = Counter()
     for text in texts:
-        counts.update(split(text))
+        counts.update(split(text.lower() if lowercase else text))
     candidates = [t for t, c in counts.items() if c >= min_freq and t not in SPECIAL_TOKENS]
     candidates.sort(key=lambda t: (-counts[t], t))
     kept = candidates[: vocab_size - len(SPECIAL_TOKENS)]
-    return VocabTokenizer(kind, [*SPECIAL_TOKENS, *kept])
+    return VocabTokenizer(kind, [*SPECIAL_TOKENS, *kept], lowercase)
 
 
 def train_sentencepiece(
-    kind: str, texts: Iterable[str], *, vocab_size: int, character_coverage: float = 1.0
+    kind: str,
+    texts: Iterable[str],
+    *,
+    vocab_size: int,
+    character_coverage: float = 1.0,
+    lowercase: bool = False,
 ) -> SentencePieceTokenizer:
     """Trains a SentencePiece `bpe`/`unigram` model in memory, with the fixed special ids.
 
     `hard_vocab_limit=False` lets a small corpus yield fewer pieces than `vocab_size`. Training
     is single-threaded: multithreaded unigram training gives thread-count-dependent pieces, and one
-    thread is fast enough (about a second for Multi30k at 8000 pieces).
+    thread is fast enough (about a second for Multi30k at 8000 pieces). `lowercase` takes
+    SentencePiece's case-folding rule `nmt_nfkc_cf` instead of its default `nmt_nfkc`.
     """
     if kind not in SENTENCEPIECE_KINDS:
         raise ValueError(f"SentencePiece kind must be one of {SENTENCEPIECE_KINDS}, got {kind!r}")
@@ -241,6 +279,7 @@ def train_sentencepiece(
             model_type=kind,
             vocab_size=vocab_size,
             character_coverage=character_coverage,
+            normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
             hard_vocab_limit=False,
             pad_id=PAD_ID,
             bos_id=BOS_ID,
@@ -258,35 +297,44 @@ def train_sentencepiece(
     return SentencePieceTokenizer(kind, writer.getvalue())
 
 
-def _train_bpe(texts: Sequence[str], vocab_size: int, _min_freq: int, coverage: float) -> Tokenizer:
-    return train_sentencepiece("bpe", texts, vocab_size=vocab_size, character_coverage=coverage)
+@dataclass(frozen=True)
+class Settings:
+    """What a tokenizer is trained with besides its kind and texts (`build_tokenizers`)."""
+
+    vocab_size: int
+    min_freq: int = 1  # word/char only
+    character_coverage: float = 1.0  # bpe/unigram only
+    lowercase: bool = False
+
+    def key(self, kind: str) -> dict[str, object]:
+        """The settings that influence training of `kind` (and so belong in the cache key).
+        `lowercase` only when set, so that the caches made before it existed stay valid."""
+        if kind in SENTENCEPIECE_KINDS:
+            key: dict[str, object] = {"vocab_size": self.vocab_size}
+            key["character_coverage"] = self.character_coverage
+        else:
+            key = {"vocab_size": self.vocab_size, "min_freq": self.min_freq}
+        return {"kind": kind, **key, **({"lowercase": True} if self.lowercase else {})}
 
 
-def _train_unigram(
-    texts: Sequence[str], vocab_size: int, _min_freq: int, coverage: float
-) -> Tokenizer:
-    return train_sentencepiece("unigram", texts, vocab_size=vocab_size, character_coverage=coverage)
-
-
-def _train_word(
-    texts: Sequence[str], vocab_size: int, min_freq: int, _coverage: float
-) -> Tokenizer:
-    return build_vocab("word", texts, vocab_size=vocab_size, min_freq=min_freq)
-
-
-def _train_char(
-    texts: Sequence[str], vocab_size: int, min_freq: int, _coverage: float
-) -> Tokenizer:
-    return build_vocab("char", texts, vocab_size=vocab_size, min_freq=min_freq)
-
-
-# kind -> trainer(texts, vocab_size, min_freq, character_coverage)
-_TRAINERS: dict[str, Callable[[Sequence[str], int, int, float], Tokenizer]] = {
-    "bpe": _train_bpe,
-    "unigram": _train_unigram,
-    "word": _train_word,
-    "char": _train_char,
-}
+def _train(kind: str, texts: Sequence[str], settings: Settings) -> Tokenizer:
+    """A `kind` tokenizer trained on `texts`."""
+    if kind in SENTENCEPIECE_KINDS:
+        coverage, lowercase = settings.character_coverage, settings.lowercase
+        return train_sentencepiece(
+            kind,
+            texts,
+            vocab_size=settings.vocab_size,
+            character_coverage=coverage,
+            lowercase=lowercase,
+        )
+    return build_vocab(
+        kind,
+        texts,
+        vocab_size=settings.vocab_size,
+        min_freq=settings.min_freq,
+        lowercase=settings.lowercase,
+    )
 
 
 def tokenizer_from_state(state: dict[str, object]) -> Tokenizer:
@@ -301,15 +349,8 @@ def tokenizer_from_state(state: dict[str, object]) -> Tokenizer:
         tokens = state.get("tokens")
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise ValueError(f"{kind} tokenizer state needs a 'tokens' list of str")
-        return VocabTokenizer(str(kind), tokens)
+        return VocabTokenizer(str(kind), tokens, state.get("lowercase") is True)
     raise ValueError(f"unknown tokenizer kind {kind!r}; expected one of {KINDS}")
-
-
-def _settings(kind: str, vocab_size: int, min_freq: int, coverage: float) -> dict[str, object]:
-    """The settings that influence training of `kind` (and so belong in the cache key)."""
-    if kind in SENTENCEPIECE_KINDS:
-        return {"kind": kind, "vocab_size": vocab_size, "character_coverage": coverage}
-    return {"kind": kind, "vocab_size": vocab_size, "min_freq": min_freq}
 
 
 def cache_path(cache_dir: Path, settings: dict[str, object], texts: Sequence[str]) -> Path:
@@ -358,19 +399,14 @@ def load_tokenizer(path: Path, kind: str) -> Tokenizer:
 
 
 def _train_or_load(
-    kind: str,
-    texts: Sequence[str],
-    cache_dir: Path,
-    vocab_size: int,
-    min_freq: int,
-    coverage: float,
+    kind: str, texts: Sequence[str], cache_dir: Path, settings: Settings
 ) -> Tokenizer:
     """The cached tokenizer for these texts and settings, training (and caching) it if absent."""
-    path = cache_path(cache_dir, _settings(kind, vocab_size, min_freq, coverage), texts)
+    path = cache_path(cache_dir, settings.key(kind), texts)
     if path.exists():
         logger.info("loading %s tokenizer from cache %s", kind, path)
         return load_tokenizer(path, kind)
-    tokenizer = _TRAINERS[kind](texts, vocab_size, min_freq, coverage)
+    tokenizer = _train(kind, texts, settings)
     save_tokenizer(path, tokenizer)
     logger.info("trained %s tokenizer (%d ids), cached at %s", kind, tokenizer.vocab_size, path)
     return tokenizer
@@ -386,14 +422,16 @@ def build_tokenizers(
     cache_dir: Path,
     min_freq: int = 1,
     character_coverage: float = 1.0,
+    lowercase: bool = False,
 ) -> tuple[Tokenizer, Tokenizer]:
     """Trains (or loads from `cache_dir`) the (source, target) tokenizers.
 
     `joint=True` trains one tokenizer on both sides and returns it twice (the same object).
     `min_freq` applies to `word`/`char` only, `character_coverage` to `bpe`/`unigram`
-    only; the cache key holds the kind, the settings that apply to it, and the texts.
+    only, `lowercase` (fold case) to every kind; the cache key holds the kind, the settings that
+    apply to it, and the texts.
     """
-    if kind not in _TRAINERS:
+    if kind not in KINDS:
         raise ValueError(f"unknown tokenizer kind {kind!r}; expected one of {KINDS}")
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must exceed {len(SPECIAL_TOKENS)}, got {vocab_size}")
@@ -401,10 +439,10 @@ def build_tokenizers(
         raise ValueError(f"min_freq must be >= 1, got {min_freq}")
     if not 0.0 < character_coverage <= 1.0:
         raise ValueError(f"character_coverage must be in (0, 1], got {character_coverage}")
-    settings = (vocab_size, min_freq, character_coverage)
+    settings = Settings(vocab_size, min_freq, character_coverage, lowercase)
     if joint:
-        shared = _train_or_load(kind, [*src_texts, *tgt_texts], Path(cache_dir), *settings)
+        shared = _train_or_load(kind, [*src_texts, *tgt_texts], Path(cache_dir), settings)
         return shared, shared
-    src = _train_or_load(kind, list(src_texts), Path(cache_dir), *settings)
-    tgt = _train_or_load(kind, list(tgt_texts), Path(cache_dir), *settings)
+    src = _train_or_load(kind, list(src_texts), Path(cache_dir), settings)
+    tgt = _train_or_load(kind, list(tgt_texts), Path(cache_dir), settings)
     return src, tgt

@@ -77,6 +77,8 @@ def manifest(cfg: ExportConfig, t: Translator, check: CheckResult | None) -> dic
         "quantization": cfg.quantization.value,
         "pos_encoding": t.cfg.pos_encoding.kind.value,
         "tokenizers": [getattr(t.src_tok, "kind", "?"), getattr(t.tgt_tok, "kind", "?")],
+        # whether each folds case (a word/char vocabulary's users must lowercase the input)
+        "lowercase": [t.src_tok.lowercase, t.tgt_tok.lowercase],
         "decode": {k: getattr(v, "value", v) for k, v in asdict(t.decode).items()},
         "check": None if check is None else asdict(check),
     }

@@ -72,6 +72,30 @@ def test_word_cache_equals_sentencepiece(
         assert split_rows(flat, lengths) == tokenizer.encode_batch(batch)
 
 
+@pytest.fixture(scope="module")
+def folding() -> SentencePieceTokenizer:
+    tok = train_sentencepiece("bpe", lines_of("train") + ODD, vocab_size=500, lowercase=True)
+    assert isinstance(tok, SentencePieceTokenizer)
+    return tok
+
+
+# capitals whose folding is not one-to-one, or not str.lower's
+CAPITALS = ["ÖFFNET die TÜR", "İstanbul ǅemal", "ΣΟΦΟΣ ﬁNE", "Straße STRASSE", "ＡＢＣ x"]  # noqa: RUF001
+
+
+@pytest.mark.parametrize("extra", [[], ODD + CAPITALS])
+def test_word_cache_equals_sentencepiece_when_it_folds_case(
+    folding: SentencePieceTokenizer, extra: list[str]
+) -> None:
+    cache = WordCache(folding)
+    assert folding.lowercase
+    assert cache.is_plain("A")
+    assert cache.is_plain("Ä")
+    for batch in (lines_of("train")[:2000] + extra, extra + lines_of("val")):
+        flat, lengths = cache.encode(batch)
+        assert split_rows(flat, lengths) == folding.encode_batch(batch)
+
+
 def test_odd_lines_are_encoded_whole(tokenizer: SentencePieceTokenizer) -> None:
     cache = WordCache(tokenizer)
     assert cache.is_plain("é")

@@ -258,15 +258,15 @@ def test_invalid_states_are_rejected() -> None:
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch, kind: str) -> list[int]:
-    """Wraps the real trainer of ``kind``; returns a list that grows by one per training run."""
+    """Wraps the real trainer; returns a list that grows by one per training run of ``kind``."""
     calls: list[int] = []
-    real: Callable[..., Tokenizer] = tok._TRAINERS[kind]
+    real: Callable[..., Tokenizer] = tok._train
 
-    def wrapper(*args: object) -> Tokenizer:
-        calls.append(1)
-        return real(*args)
+    def wrapper(trained: str, *args: object) -> Tokenizer:
+        calls.extend([1] if trained == kind else [])
+        return real(trained, *args)
 
-    monkeypatch.setitem(tok._TRAINERS, kind, wrapper)
+    monkeypatch.setattr(tok, "_train", wrapper)
     return calls
 
 
@@ -432,3 +432,39 @@ def test_bpe_round_trip_property(trained: dict[str, Tokenizer], text: str) -> No
     ids = trained["bpe"].encode(text)
     assert UNK_ID not in ids
     assert trained["bpe"].decode(ids) == " ".join(text.split())
+
+
+# --------------------------------------------------------------------------- lowercase
+
+CASED = ["A Man rides A HORSE .", "Eine Frau ÖFFNET die Tür", "ein mann spielt Straße"] * 40
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_lowercase_folds_case_in_training_encoding_and_state(tmp_path: Path, kind: str) -> None:
+    folding, _ = build_tokenizers(
+        kind, CASED, CASED, vocab_size=60, joint=True, cache_dir=tmp_path, lowercase=True
+    )
+    cased, _ = build_tokenizers(kind, CASED, CASED, vocab_size=60, joint=True, cache_dir=tmp_path)
+    assert folding.lowercase
+    assert not cased.lowercase
+    assert len(list(tmp_path.iterdir())) == 2  # cached apart: the setting is in the key
+    assert folding.encode("A MAN öffnet") == folding.encode("a man ÖFFNET")
+    assert cased.encode("A Man") != cased.encode("a man")
+    ids = folding.encode("Eine Frau ÖFFNET die Tür")
+    assert UNK_ID not in ids  # no capital letter was left out of the vocabulary
+    assert folding.decode(ids).replace(" ", "") == "einefrauöffnetdietür"  # ß and all: lowercase
+    pieces = [folding.id_to_token(i) for i in range(len(SPECIAL_TOKENS), folding.vocab_size)]
+    assert all(p == p.lower() for p in pieces)  # trained on lowercased text
+    restored = tokenizer_from_state(folding.state())
+    assert restored.lowercase
+    assert restored.encode("A Man") == folding.encode("A Man")
+    assert tokenizer_from_state(cased.state()).lowercase is False
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_default_keeps_earlier_cache_keys_and_states(kind: str) -> None:
+    key = tok.Settings(VOCAB_SIZE).key(kind)
+    assert "lowercase" not in key
+    assert tok.Settings(VOCAB_SIZE, lowercase=True).key(kind) == {**key, "lowercase": True}
+    if kind in ("word", "char"):
+        assert "lowercase" not in build_vocab(kind, CASED, vocab_size=30).state()
