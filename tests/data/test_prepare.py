@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from seq2seq.config.schema import TrainConfig
-from seq2seq.data.prepare import Reservoir, prepare
+from seq2seq.data.prepare import Reservoir, cache_key, prepare, settings
 from seq2seq.data.prepared import open_prepared, read_manifest
 from seq2seq.data.text import DataError
 from seq2seq.train.corpus import load_corpus
@@ -205,3 +205,12 @@ def test_several_training_splits_mix_with_weights(data: Path, tmp_path: Path) ->
     corpus.train.epoch_batches(0)
     assert corpus.train.plan is not None
     assert corpus.train.plan.drawn == [298, 96]
+
+
+def test_lowercase_is_in_the_cache_key_only_when_set(data: Path, tmp_path: Path) -> None:
+    """tokenizer.lowercase=true prepares its own corpus; off, the key is what it was before the
+    option existed (the settings have no `lowercase` entry), so earlier caches stay valid."""
+    plain, folded = config(data, tmp_path), config(data, tmp_path, "tokenizer.lowercase=true")
+    assert "lowercase" not in settings(plain.data, plain.tokenizer)["tokenizer"]
+    assert settings(folded.data, folded.tokenizer)["tokenizer"]["lowercase"] is True
+    assert cache_key(plain.data, plain.tokenizer) != cache_key(folded.data, folded.tokenizer)
