@@ -309,12 +309,9 @@ class Settings:
     def key(self, kind: str) -> dict[str, object]:
         """The settings that influence training of `kind` (and so belong in the cache key).
         `lowercase` only when set, so that the caches made before it existed stay valid."""
-        if kind in SENTENCEPIECE_KINDS:
-            key: dict[str, object] = {"vocab_size": self.vocab_size}
-            key["character_coverage"] = self.character_coverage
-        else:
-            key = {"vocab_size": self.vocab_size, "min_freq": self.min_freq}
-        return {"kind": kind, **key, **({"lowercase": True} if self.lowercase else {})}
+        applies = "character_coverage" if kind in SENTENCEPIECE_KINDS else "min_freq"
+        key = {"kind": kind, "vocab_size": self.vocab_size, applies: getattr(self, applies)}
+        return {**key, **({"lowercase": True} if self.lowercase else {})}
 
 
 def _train(kind: str, texts: Sequence[str], settings: Settings) -> Tokenizer:
