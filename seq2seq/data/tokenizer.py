@@ -115,6 +115,8 @@ class SentencePieceTokenizer:
         )
         if found != (PAD_ID, BOS_ID, EOS_ID, UNK_ID):
             raise ValueError(f"SentencePiece model has special ids {found}, expected (0, 1, 2, 3)")
+        # the model's normaliser folds case (nmt_nfkc_cf) if "A" and "a" normalise alike
+        self._lowercase = bool(self._sp.normalize("A") == self._sp.normalize("a"))
 
     @property
     def processor(self) -> spm.SentencePieceProcessor:
@@ -128,9 +130,8 @@ class SentencePieceTokenizer:
 
     @property
     def lowercase(self) -> bool:
-        """Whether the model's normaliser folds case (`nmt_nfkc_cf`): "A" and "a" normalise
-        alike."""
-        return bool(self._sp.normalize("A") == self._sp.normalize("a"))
+        """Whether the model's normaliser folds case (`nmt_nfkc_cf`)."""
+        return self._lowercase
 
     def id_to_token(self, token_id: int) -> str:
         """The piece of `token_id` (`"▁"` marks a word start)."""
@@ -317,13 +318,12 @@ class Settings:
 def _train(kind: str, texts: Sequence[str], settings: Settings) -> Tokenizer:
     """A `kind` tokenizer trained on `texts`."""
     if kind in SENTENCEPIECE_KINDS:
-        coverage, lowercase = settings.character_coverage, settings.lowercase
         return train_sentencepiece(
             kind,
             texts,
             vocab_size=settings.vocab_size,
-            character_coverage=coverage,
-            lowercase=lowercase,
+            character_coverage=settings.character_coverage,
+            lowercase=settings.lowercase,
         )
     return build_vocab(
         kind,
