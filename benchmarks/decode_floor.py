@@ -1,0 +1,171 @@
+"""How far is our decoder step from the floor of eager PyTorch? One sentence's step, timed.
+
+    python benchmarks/decode_floor.py [--ckpt runs/.../checkpoints/average.pt] [--steps 32]
+        [--rounds 9] [--threads 2]
+
+A one-off check for issue #29 (one sentence's decoder step <= 0.6 ms), quoted in
+docs/BENCHMARKS.md where it is used; it writes nothing. Two engines decode the same source
+greedily from BOS for --steps steps (EOS not stopping them), one row, with the same weights:
+- ours: `model.decode` with the model's own key/value cache (kernels auto), as the searches
+  call it;
+- floor: the same arithmetic written as few PyTorch calls as it takes, and nothing else: the
+  weights taken out of the modules once (the self-attention's query, key and value products
+  fused into one), a preallocated cache written in place, SDPA for both attentions, no module
+  calls, no positional hooks, no kernel seam, no masks (one sentence has no padding). It is not
+  a product path: it knows only pre-norm layers with sinusoidal positions, float32, one row.
+Each round times both engines (alternating, the first round untimed); the script prints the
+median milliseconds per step of each, their ratio, and whether both chose the same tokens (the
+premise of the comparison). The search's own work around the model (log-probabilities, its
+bookkeeping) is in neither: benchmarks/decode.py times whole searches.
+
+The model is --ckpt's (a trained checkpoint) or, without one, decode_ops.py's random model=tiny
+(the Multi30k recipe's shape, vocabulary 8,000); the source is decode_ops.py's 13 ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from common import machine, median
+from decode_ops import SOURCE, tiny_model
+from torch import Tensor
+
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+from seq2seq.model.absolute import Sinusoidal
+from seq2seq.model.transformer import EncoderDecoder
+
+
+@dataclass
+class FloorLayer:
+    """One decoder layer's weights as plain tensors, and its caches (one row)."""
+
+    norms: list[tuple[Tensor, Tensor]]  # (D,) weight and bias of the three pre-norms
+    qkv: tuple[Tensor, Tensor]  # (3D, D), (3D,): self-attention's q, k, v products fused
+    out: tuple[Tensor, Tensor]  # (D, D), (D,)
+    cross_q: tuple[Tensor, Tensor]  # (D, D), (D,)
+    cross_out: tuple[Tensor, Tensor]  # (D, D), (D,)
+    up: tuple[Tensor, Tensor]  # (F, D), (F,)
+    down: tuple[Tensor, Tensor]  # (D, F), (D,)
+    cross_kv: tuple[Tensor, Tensor]  # (1, H, S, Dh) each: the source's keys and values
+    kv: Tensor  # (2, H, capacity, Dh): the self-attention keys and values so far
+
+
+class Floor:
+    """model.decode's greedy step for one row, in as few PyTorch calls as it takes."""
+
+    def __init__(self, model: EncoderDecoder, memory: Tensor, capacity: int) -> None:
+        cfg = model.cfg
+        if not cfg.norm_first or not isinstance(model.dec_pos, Sinusoidal):
+            raise SystemExit("decode_floor: the floor knows pre-norm sinusoidal models only")
+        self.d, self.h = cfg.d_model, cfg.n_heads
+        self.scale, self.embed = model.scale, model.tgt_embed.weight  # (V, D)
+        self.table = model.dec_pos.table[:capacity]  # (capacity, D)
+        if self.table.size(0) < capacity:
+            raise SystemExit(f"decode_floor: the model's sinusoids stop before {capacity} steps")
+        self.final = (model.dec_norm.weight, model.dec_norm.bias)
+        self.output = model.out.weight  # (V, D)
+        self.layers = [self._layer(layer, memory, capacity) for layer in model.decoder]
+
+    def _layer(self, layer: torch.nn.Module, memory: Tensor, capacity: int) -> FloorLayer:
+        sa, ca, ffn = layer.self_attn, layer.cross_attn, layer.ffn
+        k, v = ca.project_kv(memory)  # (1, H, S, Dh) each
+        norms = [(r.norm.weight, r.norm.bias) for r in (layer.res_self, layer.res_cross)]
+        norms.append((layer.res_ffn.norm.weight, layer.res_ffn.norm.bias))
+        return FloorLayer(
+            norms=norms,
+            qkv=(
+                torch.cat([sa.q_proj.weight, sa.kv_proj.weight]),  # (3D, D)
+                torch.cat([sa.q_proj.bias, sa.kv_proj.bias]),  # (3D,)
+            ),
+            out=(sa.out_proj.weight, sa.out_proj.bias),
+            cross_q=(ca.q_proj.weight, ca.q_proj.bias),
+            cross_out=(ca.out_proj.weight, ca.out_proj.bias),
+            up=(ffn.up.weight, ffn.up.bias),
+            down=(ffn.down.weight, ffn.down.bias),
+            cross_kv=(k.contiguous(), v.contiguous()),
+            kv=memory.new_zeros(2, self.h, capacity, self.d // self.h),
+        )
+
+    def step(self, token: int, t: int) -> int:
+        """The most probable token after `token`, the t-th input (from 0)."""
+        d, h = self.d, self.h
+        x = (self.embed[token] * self.scale + self.table[t]).view(1, 1, d)  # (1, 1, D)
+        for layer in self.layers:
+            y = F.layer_norm(x, (d,), *layer.norms[0])  # (1, 1, D)
+            qkv = F.linear(y, *layer.qkv).view(3, h, -1)  # (3, H, Dh)
+            layer.kv[:, :, t] = qkv[1:]  # keys and values of position t
+            q = qkv[0].view(1, h, 1, -1)  # (1, H, 1, Dh)
+            keys, values = layer.kv[:, :, : t + 1].unsqueeze(1).unbind(0)  # (1, H, t+1, Dh)
+            a = F.scaled_dot_product_attention(q, keys, values)  # (1, H, 1, Dh)
+            x = x + F.linear(a.view(1, 1, d), *layer.out)  # (1, 1, D)
+            y = F.layer_norm(x, (d,), *layer.norms[1])
+            q = F.linear(y, *layer.cross_q).view(1, 1, h, -1).transpose(1, 2)  # (1, H, 1, Dh)
+            a = F.scaled_dot_product_attention(q, *layer.cross_kv)  # (1, H, 1, Dh)
+            x = x + F.linear(a.view(1, 1, d), *layer.cross_out)  # (1, 1, D)
+            y = F.layer_norm(x, (d,), *layer.norms[2])
+            x = x + F.linear(torch.relu(F.linear(y, *layer.up)), *layer.down)  # (1, 1, D)
+        logits = F.linear(F.layer_norm(x, (d,), *self.final), self.output)  # (1, 1, V)
+        return int(logits.view(-1).argmax())
+
+
+def ours(model: EncoderDecoder, memory: Tensor, mask: Tensor, steps: int) -> list[int]:
+    """`steps` greedy steps of model.decode from BOS, one row."""
+    cache, token, out = model.new_cache(steps), torch.tensor([[BOS_ID]]), []
+    for _ in range(steps):
+        token = model.decode(token, memory, mask, cache)[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+        out.append(int(token))
+    return out
+
+
+def floor(model: EncoderDecoder, memory: Tensor, steps: int) -> list[int]:
+    """The same steps on the floor engine (its set-up included: a few copies)."""
+    engine, token, out = Floor(model, memory, steps), BOS_ID, []
+    for t in range(steps):
+        token = engine.step(token, t)
+        out.append(token)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ckpt", default=None, help="a trained checkpoint (default: random tiny)")
+    p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=9, help="alternating rounds, the first untimed")
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.ckpt:
+        from seq2seq.decode.translator import Translator
+
+        model = Translator.from_checkpoint(args.ckpt, device="cpu").single("decode_floor")
+    else:
+        model = tiny_model("sinusoidal")
+    model.eval()
+    src = torch.tensor([[*SOURCE, EOS_ID]])  # (1, S)
+    times: dict[str, list[float]] = {"ours": [], "floor": []}
+    tokens: dict[str, list[int]] = {}
+    with torch.inference_mode():
+        memory, mask = model.encode(src)  # (1, S, D), (1, S)
+        for round_ in range(args.rounds):
+            for name in times:
+                start = time.perf_counter()
+                if name == "ours":
+                    tokens[name] = ours(model, memory, mask, args.steps)
+                else:
+                    tokens[name] = floor(model, memory, args.steps)
+                if round_:
+                    times[name].append((time.perf_counter() - start) * 1e3 / args.steps)
+    print(machine())
+    print(f"model: {args.ckpt or 'random model=tiny'}; {args.threads} threads; {args.steps} steps")
+    for name, ms in times.items():
+        print(f"{name}: {median(ms):.3f} ms per step (median of {len(ms)} rounds)")
+    print(f"ours / floor: {median(times['ours']) / median(times['floor']):.2f}x")
+    print(f"same tokens: {tokens['ours'] == tokens['floor']}")
+
+
+if __name__ == "__main__":
+    main()
