@@ -1,25 +1,29 @@
 """How far is our decoder step from the floor of eager PyTorch? One sentence's step, timed.
 
-    python benchmarks/decode_floor.py [--ckpt runs/.../checkpoints/average.pt] [--steps 32]
-        [--rounds 9] [--threads 2]
+    python benchmarks/decode_floor.py [--ckpt runs/.../checkpoints/average.pt] [--rows 1 64]
+        [--steps 32] [--rounds 9] [--threads 2]
 
 A one-off check for issue #29 (one sentence's decoder step <= 0.6 ms), quoted in
-docs/BENCHMARKS.md where it is used; it writes nothing. Two engines decode the same source
-greedily from BOS for --steps steps (EOS not stopping them), one row, with the same weights:
+docs/BENCHMARKS.md where it is used; it writes nothing. Two engines decode the same sources
+greedily from BOS for --steps steps (EOS not stopping them), with the same weights, for each
+number of rows in --rows (1: one sentence; 64: a batch, every source of the same length):
 - ours: `model.decode` with the model's own key/value cache (kernels auto), as the searches
-  call it;
+  call it, its float32 products on the backend greedy search would choose for that many rows
+  (seq2seq.decode.load.choose_products: the faster of oneDNN and ATen, timed here);
 - floor: the same arithmetic written as few PyTorch calls as it takes, and nothing else: the
   weights taken out of the modules once (the self-attention's query, key and value products
   fused into one), a preallocated cache written in place, SDPA for both attentions, no module
-  calls, no positional hooks, no kernel seam, no masks (one sentence has no padding). It is not
-  a product path: it knows only pre-norm layers with sinusoidal positions, float32, one row.
+  calls, no positional hooks, no kernel seam, no masks (the sources have no padding). It is not
+  a product path: it knows only pre-norm layers with sinusoidal positions, float32, sources of
+  one length.
 Each round times both engines (alternating, the first round untimed); the script prints the
 median milliseconds per step of each, their ratio, and whether both chose the same tokens (the
 premise of the comparison). The search's own work around the model (log-probabilities, its
 bookkeeping) is in neither: benchmarks/decode.py times whole searches.
 
 The model is --ckpt's (a trained checkpoint) or, without one, decode_ops.py's random model=tiny
-(the Multi30k recipe's shape, vocabulary 8,000); the source is decode_ops.py's 13 ids.
+(the Multi30k recipe's shape, vocabulary 8,000); the first source is decode_ops.py's 13 ids,
+the others are random ids of the same length.
 """
 
 from __future__ import annotations
@@ -34,14 +38,16 @@ from common import machine, median
 from decode_ops import SOURCE, tiny_model
 from torch import Tensor
 
+from seq2seq.config.schema import DecodeConfig, SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+from seq2seq.decode.load import choose_products
 from seq2seq.model.absolute import Sinusoidal
 from seq2seq.model.transformer import EncoderDecoder
 
 
 @dataclass
 class FloorLayer:
-    """One decoder layer's weights as plain tensors, and its caches (one row)."""
+    """One decoder layer's weights as plain tensors, and its caches (N rows)."""
 
     norms: list[tuple[Tensor, Tensor]]  # (D,) weight and bias of the three pre-norms
     qkv: tuple[Tensor, Tensor]  # (3D, D), (3D,): self-attention's q, k, v products fused
@@ -50,12 +56,12 @@ class FloorLayer:
     cross_out: tuple[Tensor, Tensor]  # (D, D), (D,)
     up: tuple[Tensor, Tensor]  # (F, D), (F,)
     down: tuple[Tensor, Tensor]  # (D, F), (D,)
-    cross_kv: tuple[Tensor, Tensor]  # (1, H, S, Dh) each: the source's keys and values
-    kv: Tensor  # (2, H, capacity, Dh): the self-attention keys and values so far
+    cross_kv: tuple[Tensor, Tensor]  # (N, H, S, Dh) each: the sources' keys and values
+    kv: Tensor  # (2, N, H, capacity, Dh): the self-attention keys and values so far
 
 
 class Floor:
-    """model.decode's greedy step for one row, in as few PyTorch calls as it takes."""
+    """model.decode's greedy step for N rows, in as few PyTorch calls as it takes."""
 
     def __init__(self, model: EncoderDecoder, memory: Tensor, capacity: int) -> None:
         cfg = model.cfg
@@ -72,7 +78,7 @@ class Floor:
 
     def _layer(self, layer: torch.nn.Module, memory: Tensor, capacity: int) -> FloorLayer:
         sa, ca, ffn = layer.self_attn, layer.cross_attn, layer.ffn
-        k, v = ca.project_kv(memory)  # (1, H, S, Dh) each
+        k, v = ca.project_kv(memory)  # (N, H, S, Dh) each
         norms = [(r.norm.weight, r.norm.bias) for r in (layer.res_self, layer.res_cross)]
         norms.append((layer.res_ffn.norm.weight, layer.res_ffn.norm.bias))
         return FloorLayer(
@@ -87,52 +93,55 @@ class Floor:
             up=(ffn.up.weight, ffn.up.bias),
             down=(ffn.down.weight, ffn.down.bias),
             cross_kv=(k.contiguous(), v.contiguous()),
-            kv=memory.new_zeros(2, self.h, capacity, self.d // self.h),
+            kv=memory.new_zeros(2, memory.size(0), self.h, capacity, self.d // self.h),
         )
 
-    def step(self, token: int, t: int) -> int:
-        """The most probable token after `token`, the t-th input (from 0)."""
-        d, h = self.d, self.h
-        x = (self.embed[token] * self.scale + self.table[t]).view(1, 1, d)  # (1, 1, D)
+    def step(self, tokens: Tensor, t: int) -> Tensor:
+        """The most probable tokens (N,) after `tokens` (N,), the t-th inputs (from 0)."""
+        d, h, n = self.d, self.h, tokens.size(0)
+        x = (self.embed[tokens] * self.scale + self.table[t]).view(n, 1, d)  # (N, 1, D)
         for layer in self.layers:
-            y = F.layer_norm(x, (d,), *layer.norms[0])  # (1, 1, D)
-            qkv = F.linear(y, *layer.qkv).view(3, h, -1)  # (3, H, Dh)
-            layer.kv[:, :, t] = qkv[1:]  # keys and values of position t
-            q = qkv[0].view(1, h, 1, -1)  # (1, H, 1, Dh)
-            keys, values = layer.kv[:, :, : t + 1].unsqueeze(1).unbind(0)  # (1, H, t+1, Dh)
-            a = F.scaled_dot_product_attention(q, keys, values)  # (1, H, 1, Dh)
-            x = x + F.linear(a.view(1, 1, d), *layer.out)  # (1, 1, D)
+            y = F.layer_norm(x, (d,), *layer.norms[0])  # (N, 1, D)
+            qkv = F.linear(y, *layer.qkv).view(n, 3, h, -1)  # (N, 3, H, Dh)
+            layer.kv[:, :, :, t] = qkv[:, 1:].transpose(0, 1)  # keys and values of position t
+            q = qkv[:, 0].unsqueeze(2)  # (N, H, 1, Dh)
+            keys, values = layer.kv[:, :, :, : t + 1].unbind(0)  # (N, H, t+1, Dh) each
+            a = F.scaled_dot_product_attention(q, keys, values)  # (N, H, 1, Dh)
+            x = x + F.linear(a.view(n, 1, d), *layer.out)  # (N, 1, D)
             y = F.layer_norm(x, (d,), *layer.norms[1])
-            q = F.linear(y, *layer.cross_q).view(1, 1, h, -1).transpose(1, 2)  # (1, H, 1, Dh)
-            a = F.scaled_dot_product_attention(q, *layer.cross_kv)  # (1, H, 1, Dh)
-            x = x + F.linear(a.view(1, 1, d), *layer.cross_out)  # (1, 1, D)
+            q = F.linear(y, *layer.cross_q).view(n, 1, h, -1).transpose(1, 2)  # (N, H, 1, Dh)
+            a = F.scaled_dot_product_attention(q, *layer.cross_kv)  # (N, H, 1, Dh)
+            x = x + F.linear(a.view(n, 1, d), *layer.cross_out)  # (N, 1, D)
             y = F.layer_norm(x, (d,), *layer.norms[2])
-            x = x + F.linear(torch.relu(F.linear(y, *layer.up)), *layer.down)  # (1, 1, D)
-        logits = F.linear(F.layer_norm(x, (d,), *self.final), self.output)  # (1, 1, V)
-        return int(logits.view(-1).argmax())
+            x = x + F.linear(torch.relu(F.linear(y, *layer.up)), *layer.down)  # (N, 1, D)
+        logits = F.linear(F.layer_norm(x, (d,), *self.final), self.output)  # (N, 1, V)
+        return logits.view(n, -1).argmax(-1)  # (N,)
 
 
-def ours(model: EncoderDecoder, memory: Tensor, mask: Tensor, steps: int) -> list[int]:
-    """`steps` greedy steps of model.decode from BOS, one row."""
-    cache, token, out = model.new_cache(steps), torch.tensor([[BOS_ID]]), []
+def ours(model: EncoderDecoder, memory: Tensor, mask: Tensor, steps: int) -> list[list[int]]:
+    """`steps` greedy steps of model.decode from BOS, for every row of memory (N, S, D)."""
+    cache, out = model.new_cache(steps), []
+    token = torch.full((memory.size(0), 1), BOS_ID)  # (N, 1)
     for _ in range(steps):
-        token = model.decode(token, memory, mask, cache)[:, -1].argmax(-1, keepdim=True)  # (1, 1)
-        out.append(int(token))
-    return out
+        token = model.decode(token, memory, mask, cache)[:, -1].argmax(-1, keepdim=True)  # (N, 1)
+        out.append(token.view(-1))
+    return torch.stack(out, 1).tolist()
 
 
-def floor(model: EncoderDecoder, memory: Tensor, steps: int) -> list[int]:
+def floor(model: EncoderDecoder, memory: Tensor, steps: int) -> list[list[int]]:
     """The same steps on the floor engine (its set-up included: a few copies)."""
-    engine, token, out = Floor(model, memory, steps), BOS_ID, []
+    engine, out = Floor(model, memory, steps), []
+    token = torch.full((memory.size(0),), BOS_ID)  # (N,)
     for t in range(steps):
         token = engine.step(token, t)
         out.append(token)
-    return out
+    return torch.stack(out, 1).tolist()
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ckpt", default=None, help="a trained checkpoint (default: random tiny)")
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 64])
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--rounds", type=int, default=9, help="alternating rounds, the first untimed")
     p.add_argument("--threads", type=int, default=2)
@@ -145,26 +154,44 @@ def main() -> None:
     else:
         model = tiny_model("sinusoidal")
     model.eval()
-    src = torch.tensor([[*SOURCE, EOS_ID]])  # (1, S)
+    print(machine())
+    print(f"model: {args.ckpt or 'random model=tiny'}; {args.threads} threads; {args.steps} steps")
+    for rows in args.rows:
+        greedy = DecodeConfig(method=SearchKind.greedy, batch_size=rows)
+        chosen, _ = choose_products(model, model.cfg, greedy, model.out.weight.size(0))
+        print(f"rows {rows}: products {chosen or 'F.linear (few rows)'}")
+        compare(model, rows, args.steps, args.rounds)
+
+
+def compare(model: EncoderDecoder, rows: int, steps: int, rounds: int) -> None:
+    """Time both engines on `rows` sources and print the medians and whether they agree."""
+    random = torch.randint(
+        4,
+        model.out.weight.size(0),
+        (rows - 1, len(SOURCE)),
+        generator=torch.Generator().manual_seed(0),
+    )
+    src = torch.cat([torch.tensor([SOURCE]), random]).long()  # (N, S - 1)
+    src = torch.cat([src, torch.full((rows, 1), EOS_ID)], 1)  # (N, S)
     times: dict[str, list[float]] = {"ours": [], "floor": []}
-    tokens: dict[str, list[int]] = {}
+    tokens: dict[str, list[list[int]]] = {}
     with torch.inference_mode():
-        memory, mask = model.encode(src)  # (1, S, D), (1, S)
-        for round_ in range(args.rounds):
+        memory, mask = model.encode(src)  # (N, S, D), (N, S)
+        for round_ in range(rounds):
             for name in times:
                 start = time.perf_counter()
                 if name == "ours":
-                    tokens[name] = ours(model, memory, mask, args.steps)
+                    tokens[name] = ours(model, memory, mask, steps)
                 else:
-                    tokens[name] = floor(model, memory, args.steps)
+                    tokens[name] = floor(model, memory, steps)
                 if round_:
-                    times[name].append((time.perf_counter() - start) * 1e3 / args.steps)
-    print(machine())
-    print(f"model: {args.ckpt or 'random model=tiny'}; {args.threads} threads; {args.steps} steps")
-    for name, ms in times.items():
-        print(f"{name}: {median(ms):.3f} ms per step (median of {len(ms)} rounds)")
-    print(f"ours / floor: {median(times['ours']) / median(times['floor']):.2f}x")
-    print(f"same tokens: {tokens['ours'] == tokens['floor']}")
+                    times[name].append((time.perf_counter() - start) * 1e3 / steps)
+    ratio = median(times["ours"]) / median(times["floor"])
+    print(
+        f"rows {rows}: ours {median(times['ours']):.3f} ms per step, floor "
+        f"{median(times['floor']):.3f} (medians of {rounds - 1} rounds); ours / floor "
+        f"{ratio:.2f}x; same tokens: {tokens['ours'] == tokens['floor']}"
+    )
 
 
 if __name__ == "__main__":
