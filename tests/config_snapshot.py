@@ -36,6 +36,7 @@ def cases() -> dict[str, tuple[str, list[str]]]:
             out[f"{app} decode={path.stem}"] = (app, [*required, f"decode={path.stem}"])
     out["export"] = ("export", ["ckpt=run/best.pt", "out=deploy"])  # no decode group
     out["prepare"] = ("prepare", [])
+    out["average"] = ("average", ["out=avg.pt", "run=run"])
     return out
 
 

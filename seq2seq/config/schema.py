@@ -488,6 +488,17 @@ class ExportConfig:
     data_root: str | None = None  # replaces the checkpoint's data.root for the check
 
 
+@dataclass
+class AverageConfig:
+    """The config of seq2seq-average (seq2seq/config/average.yaml): `last` checkpoints of a
+    `run`, or the checkpoints `ckpts`, averaged into `out`."""
+
+    out: str = MISSING  # the checkpoint to write; never one of its inputs
+    run: str | None = None  # a run folder (or its checkpoints/): its newest step checkpoints
+    last: int = 10  # with run: how many of them
+    ckpts: list[str] = field(default_factory=list)  # instead of run: these checkpoints
+
+
 def resolve_path(path: str | Path) -> Path:
     """A path from a config (data.root, trainer.resume): relative to the working directory,
     else to the package (the embedded data/numbers)."""
@@ -541,3 +552,4 @@ def register_configs() -> None:
     cs.store(name="translate_schema", node=TranslateConfig)
     cs.store(name="evaluate_schema", node=EvaluateConfig)
     cs.store(name="export_schema", node=ExportConfig)
+    cs.store(name="average_schema", node=AverageConfig)

@@ -128,6 +128,24 @@ def step_checkpoints(folder: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def newest_checkpoints(run: Path, n: int) -> list[Path]:
+    """The newest `n` step checkpoints of a run folder (or of its checkpoints/ folder itself),
+    oldest first; a CheckpointError where it has fewer."""
+    if n < 1:
+        raise CheckpointError(f"the number of checkpoints to average must be at least 1, got {n}")
+    folder = run / "checkpoints" if (run / "checkpoints").is_dir() else run
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"{run}: no such run folder (give a run's folder or its checkpoints/)"
+        )
+    found = step_checkpoints(folder)
+    if len(found) < n:
+        raise CheckpointError(
+            f"{folder}: has {len(found)} step_N.pt checkpoints, fewer than the {n} asked for"
+        )
+    return found[-n:]
+
+
 def rotate_checkpoints(folder: Path, keep_last: int) -> None:
     """Delete all but the newest `keep_last` step_N.pt files (best.pt and last.pt stay)."""
     for path in step_checkpoints(folder)[: max(0, len(step_checkpoints(folder)) - keep_last)]:

@@ -5,13 +5,14 @@ translation. Each test shows the behaviour and the message a user gets."""
 from __future__ import annotations
 
 import errno
-import importlib.util
 import json
 import logging
 import math
 import os
 import pickle
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,11 +24,19 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import seq2seq.cli.translate
 import seq2seq.train.rundir
+from seq2seq.cli.average import average
 from seq2seq.config.checks import check_config
-from seq2seq.config.schema import SearchKind, TokenizerConfig, TokenizerKind, TranslateConfig
+from seq2seq.config.schema import (
+    AverageConfig,
+    SearchKind,
+    TokenizerConfig,
+    TokenizerKind,
+    TranslateConfig,
+)
 from seq2seq.data.text import DataError
 from seq2seq.data.tokenizer import UNK_ID, build_vocab
 from seq2seq.decode.load import load_for_inference
+from seq2seq.errors import ConfigError
 from seq2seq.train.build import build_trainer
 from seq2seq.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seq2seq.train.corpus import load_corpus
@@ -37,17 +46,12 @@ from seq2seq.train.steplog import LOG_NAME, read_step_log
 from seq2seq.train.trainer import NonFiniteLossError, Trainer
 from tests.tiny_run import (
     REPO,
+    child_env,
     compose_train,
     run_cli,
     tiny_overrides,
     write_slice,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "average_checkpoints", REPO / "scripts" / "average_checkpoints.py"
-)
-average_checkpoints = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(average_checkpoints)  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="module")
@@ -106,35 +110,16 @@ def test_average_last_must_be_kept(root: Path) -> None:
         check_config(cfg)
 
 
-def test_average_checkpoints_script(averaged_run: Path, tmp_path: Path) -> None:
+def test_seq2seq_average(averaged_run: Path, tmp_path: Path) -> None:
     ckpts = averaged_run / "checkpoints"
-    assert (
-        average_checkpoints.main(
-            ["--run", str(averaged_run), "--last", "2", "--output", str(tmp_path / "a.pt")]
-        )
-        == 0
-    )
-    assert (
-        average_checkpoints.main(
-            [
-                "--inputs",
-                str(ckpts / "step_8.pt"),
-                str(ckpts / "step_12.pt"),
-                "--output",
-                str(tmp_path / "b.pt"),
-            ]
-        )
-        == 0
-    )
+    average(AverageConfig(out=str(tmp_path / "a.pt"), run=str(averaged_run), last=2))
+    pair = [str(ckpts / "step_8.pt"), str(ckpts / "step_12.pt")]
+    average(AverageConfig(out=str(tmp_path / "b.pt"), ckpts=pair))
     assert_models_equal(model_of(tmp_path / "a.pt"), model_of(ckpts / "average.pt"))
     assert_models_equal(model_of(tmp_path / "b.pt"), model_of(ckpts / "average.pt"))
+    # the checkpoints/ folder itself names the run as well
+    average(AverageConfig(out=str(tmp_path / "c.pt"), run=str(ckpts), last=3))
     three = mean_of(ckpts / "step_4.pt", ckpts / "step_8.pt", ckpts / "step_12.pt")
-    assert (
-        average_checkpoints.main(
-            ["--run", str(averaged_run), "--last", "3", "--output", str(tmp_path / "c.pt")]
-        )
-        == 0
-    )
     assert_models_equal(model_of(tmp_path / "c.pt"), three)
     # a normal checkpoint for translation, but not one to resume training from
     cfg = TranslateConfig(ckpt=str(tmp_path / "a.pt"), device="cpu")
@@ -144,27 +129,54 @@ def test_average_checkpoints_script(averaged_run: Path, tmp_path: Path) -> None:
         train(resume, tmp_path / "run")
 
 
-def test_average_checkpoints_script_errors(
-    averaged_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_seq2seq_average_errors(averaged_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "x.pt"
-    assert (
-        average_checkpoints.main(["--run", str(averaged_run), "--last", "5", "--output", str(out)])
-        == 1
-    )
-    assert "fewer than --last 5" in capsys.readouterr().err
+    with pytest.raises(CheckpointError, match="fewer than the 5 asked for"):
+        average(AverageConfig(out=str(out), run=str(averaged_run), last=5))
+    with pytest.raises(CheckpointError, match="no such run folder"):
+        average(AverageConfig(out=str(out), run=str(tmp_path / "missing"), last=2))
+    with pytest.raises(CheckpointError, match="at least 1, got 0"):
+        average(AverageConfig(out=str(out), run=str(averaged_run), last=0))
+    with pytest.raises(ConfigError, match=r"run=DIR \(with last=N\) or ckpts="):
+        average(AverageConfig(out=str(out)))
     step = averaged_run / "checkpoints" / "step_8.pt"
-    assert average_checkpoints.main(["--inputs", str(step), "--output", str(step)]) == 1
-    assert "overwrite one of the inputs" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="run=DIR"):
+        average(AverageConfig(out=str(out), run=str(averaged_run), ckpts=[str(step)]))
+    with pytest.raises(CheckpointError, match="overwrite one of the checkpoints averaged"):
+        average(AverageConfig(out=str(step), ckpts=[str(step)]))
     (tmp_path / "bad.pt").write_bytes(b"junk")
-    assert (
-        average_checkpoints.main(
-            ["--inputs", str(step), str(tmp_path / "bad.pt"), "--output", str(out)]
-        )
-        == 1
-    )
-    assert "bad.pt: cannot be loaded safely" in capsys.readouterr().err
+    with pytest.raises(CheckpointError, match=r"bad\.pt: cannot be loaded safely"):
+        average(AverageConfig(out=str(out), ckpts=[str(step), str(tmp_path / "bad.pt")]))
     assert not out.exists()
+
+
+def test_seq2seq_average_console_script(averaged_run: Path, tmp_path: Path) -> None:
+    """As a user runs it: one line and exit status 1 on bad input, the file on good input."""
+    command = [sys.executable, "-m", "seq2seq.cli.average"]
+    done = subprocess.run(
+        [*command, f"run={averaged_run}", "last=9", f"out={tmp_path / 'x.pt'}"],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "fewer than the 9 asked for" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = subprocess.run(
+        [*command, f"run={averaged_run}", "last=2", f"out={tmp_path / 'y.pt'}"],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    ckpts = averaged_run / "checkpoints"
+    assert_models_equal(model_of(tmp_path / "y.pt"), model_of(ckpts / "average.pt"))
 
 
 # --------------------------------------------------------------------------- non-finite loss
