@@ -150,11 +150,10 @@ def test_seq2seq_average_errors(averaged_run: Path, tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_seq2seq_average_console_script(averaged_run: Path, tmp_path: Path) -> None:
-    """As a user runs it: one line and exit status 1 on bad input, the file on good input."""
-    command = [sys.executable, "-m", "seq2seq.cli.average"]
-    done = subprocess.run(
-        [*command, f"run={averaged_run}", "last=9", f"out={tmp_path / 'x.pt'}"],
+def average_script(*args: str) -> subprocess.CompletedProcess[str]:
+    """seq2seq-average as a user runs it (this checkout's package)."""
+    return subprocess.run(
+        [sys.executable, "-m", "seq2seq.cli.average", *args],
         cwd=REPO,
         env=child_env(),
         capture_output=True,
@@ -162,18 +161,15 @@ def test_seq2seq_average_console_script(averaged_run: Path, tmp_path: Path) -> N
         timeout=300,
         check=False,
     )
+
+
+def test_seq2seq_average_console_script(averaged_run: Path, tmp_path: Path) -> None:
+    """As a user runs it: one line and exit status 1 on bad input, the file on good input."""
+    done = average_script(f"run={averaged_run}", "last=9", f"out={tmp_path / 'x.pt'}")
     assert done.returncode == 1
     assert "fewer than the 9 asked for" in done.stderr
     assert "Traceback" not in done.stderr
-    done = subprocess.run(
-        [*command, f"run={averaged_run}", "last=2", f"out={tmp_path / 'y.pt'}"],
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = average_script(f"run={averaged_run}", "last=2", f"out={tmp_path / 'y.pt'}")
     assert done.returncode == 0, done.stderr
     ckpts = averaged_run / "checkpoints"
     assert_models_equal(model_of(tmp_path / "y.pt"), model_of(ckpts / "average.pt"))
