@@ -69,9 +69,8 @@ class Floor:
             raise SystemExit("decode_floor: the floor knows pre-norm sinusoidal models only")
         self.d, self.h = cfg.d_model, cfg.n_heads
         self.scale, self.embed = model.scale, model.tgt_embed.weight  # (V, D)
+        model.dec_pos.embed(memory.new_zeros(1, capacity, self.d))  # the table grows to capacity
         self.table = model.dec_pos.table[:capacity]  # (capacity, D)
-        if self.table.size(0) < capacity:
-            raise SystemExit(f"decode_floor: the model's sinusoids stop before {capacity} steps")
         self.final = (model.dec_norm.weight, model.dec_norm.bias)
         self.output = model.out.weight  # (V, D)
         self.layers = [self._layer(layer, memory, capacity) for layer in model.decoder]
@@ -98,6 +97,11 @@ class Floor:
 
     def step(self, tokens: Tensor, t: int) -> Tensor:
         """The most probable tokens (N,) after `tokens` (N,), the t-th inputs (from 0)."""
+        return self.logits(tokens, t).argmax(-1)  # (N,)
+
+    def logits(self, tokens: Tensor, t: int) -> Tensor:
+        """The next-token logits (N, V) after `tokens` (N,), the t-th inputs (from 0); their
+        keys and values join the caches."""
         d, h, n = self.d, self.h, tokens.size(0)
         x = (self.embed[tokens] * self.scale + self.table[t]).view(n, 1, d)  # (N, 1, D)
         for layer in self.layers:
@@ -114,8 +118,7 @@ class Floor:
             x = x + F.linear(a.view(n, 1, d), *layer.cross_out)  # (N, 1, D)
             y = F.layer_norm(x, (d,), *layer.norms[2])
             x = x + F.linear(torch.relu(F.linear(y, *layer.up)), *layer.down)  # (N, 1, D)
-        logits = F.linear(F.layer_norm(x, (d,), *self.final), self.output)  # (N, 1, V)
-        return logits.view(n, -1).argmax(-1)  # (N,)
+        return F.linear(F.layer_norm(x, (d,), *self.final), self.output).view(n, -1)  # (N, V)
 
 
 def ours(model: EncoderDecoder, memory: Tensor, mask: Tensor, steps: int) -> list[list[int]]:

@@ -1,7 +1,8 @@
 """benchmarks/: the CTranslate2 worker of decode.py never loads torch (two OpenMP runtimes in
 one process slow CTranslate2 down), the length-cap rule of the natural modes, the machine
 fields every result file records, CTranslate2 run with each of its CPU backends (CT2_USE_MKL)
-and its figure the faster, and the per-step counts of benchmarks/decode_ops.py.
+and its figure the faster, the per-step counts of benchmarks/decode_ops.py, and the floor engine
+of benchmarks/decode_floor.py computing the model's own decoder step.
 
 The worker test runs the real worker path (decode.main with --worker) in a fresh interpreter,
 with a stand-in ctranslate2 module: CI installs only the dev extra, and a real CTranslate2 would
@@ -385,3 +386,33 @@ def test_products_trains_train_throughputs_plain_fp32_config(
     assert cfg.trainer.rdrop_alpha == 0
     assert not cfg.trainer.compile
     assert cfg.data.root == str(tmp_path)
+
+
+# --------------------------------------------------------------------------- decode_floor
+
+
+def test_decode_floor_computes_model_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The floor engine of benchmarks/decode_floor.py is the model's own decoder step written
+    otherwise: the same logits as model.decode with its cache, step after step, for one row and
+    for several; and it refuses a model it does not know (post-norm)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import decode_floor
+    import torch
+
+    from seq2seq.data.tokenizer import BOS_ID
+    from tests.conftest import VOCAB, _make_model
+
+    model = _make_model("sinusoidal", layers=2)
+    for rows in (1, 3):
+        src = torch.randint(4, VOCAB, (rows, 7), generator=torch.Generator().manual_seed(rows))
+        with torch.inference_mode():
+            memory, mask = model.encode(src)  # (N, S, D), (N, S)
+            floor, cache = decode_floor.Floor(model, memory, 6), model.new_cache(6)
+            tokens = torch.full((rows,), BOS_ID)  # (N,)
+            for t in range(6):
+                ours = model.decode(tokens[:, None], memory, mask, cache)[:, -1]  # (N, V)
+                theirs = floor.logits(tokens, t)  # (N, V)
+                torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)
+                tokens = ours.argmax(-1)
+    with pytest.raises(SystemExit, match="pre-norm sinusoidal"):
+        decode_floor.Floor(_make_model("sinusoidal", norm_first=False), memory, 6)
