@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,8 +17,12 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from seq2seq.config.checks import check_config
 from seq2seq.config.schema import TrainConfig, register_configs
+from seq2seq.train.build import build_trainer
 from seq2seq.train.checkpoint import load_checkpoint
+from seq2seq.train.steplog import LOG_NAME
+from seq2seq.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "seq2seq" / "config"
@@ -74,6 +79,35 @@ def compose_train(overrides: list[str]) -> TrainConfig:
         cfg = OmegaConf.to_object(compose("train", overrides=overrides))
     assert isinstance(cfg, TrainConfig)
     return cfg
+
+
+def tiny_trainer(tmp_path: Path, name: str, *extra: str) -> Trainer:
+    """A Trainer of the tiny config with `extra` overrides, on a slice written to tmp_path/data
+    (once), its run folder tmp_path/name."""
+    data = tmp_path / "data"
+    if not data.exists():
+        write_slice(data)
+    cfg = compose_train(tiny_overrides(data, tmp_path / "cache", *extra))
+    check_config(cfg)
+    (tmp_path / name).mkdir()
+    return build_trainer(cfg, tmp_path / name)
+
+
+def assert_resume_is_exact(tmp_path: Path, settings: list[str], step: int) -> None:
+    """tmp_path/straight, a finished tiny_trainer run of `settings`, against its step-`step`
+    checkpoint resumed to the end in tmp_path/resumed: the same weights, optimizer state,
+    counters and step log, to the bit."""
+    straight = tmp_path / "straight"
+    at = straight / "checkpoints" / f"step_{step}.pt"
+    cfg = compose_train(tiny_overrides(tmp_path / "data", tmp_path / "cache", *settings))
+    (tmp_path / "resumed").mkdir()
+    shutil.copy(straight / LOG_NAME, tmp_path / "resumed")  # cut back to `step` on resuming
+    resumed = build_trainer(cfg, tmp_path / "resumed", resume=(at, load_checkpoint(at)))
+    resumed.fit()
+    resumed.close()
+    last = "checkpoints/last.pt"
+    assert_same_weights(straight / last, tmp_path / "resumed" / last)
+    assert (tmp_path / "resumed" / LOG_NAME).read_bytes() == (straight / LOG_NAME).read_bytes()
 
 
 # The child process: seq2seq-train, except that before optimizer step PAUSE_AT + 1 it either

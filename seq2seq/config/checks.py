@@ -147,6 +147,22 @@ def check_data(d: DataConfig, tok: TokenizerConfig) -> None:
         f"0 or data.train_max_src_len ({d.train_max_src_len}) when training is capped",
     )
     _require(tok.sample_lines >= 1, "tokenizer.sample_lines", tok.sample_lines, "at least 1")
+    check_bidirectional(d, tok)
+
+
+def check_bidirectional(d: DataConfig, tok: TokenizerConfig) -> None:
+    """data.bidirectional_epochs: reversed pairs need one vocabulary for both sides, and take
+    no subword sampling or source cap (each would apply to the wrong side)."""
+    n = d.bidirectional_epochs
+    _require(n >= 0, "data.bidirectional_epochs", n, "0 (off) or more")
+    if n == 0:
+        return
+    _require(tok.joint, "data.bidirectional_epochs", n, "0 unless tokenizer.joint=true")
+    sampling = tok.sampling.bpe_dropout > 0 or tok.sampling.unigram_alpha > 0
+    _require(not sampling, "data.bidirectional_epochs", n, "0 with tokenizer.sampling on")
+    _require(
+        d.train_max_src_len == 0, "data.bidirectional_epochs", n, "0 with data.train_max_src_len"
+    )
 
 
 def check_sampling(tok: TokenizerConfig) -> None:

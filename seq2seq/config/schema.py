@@ -155,6 +155,12 @@ class DataConfig:
     # the cap L of a reference run trained on every length (train_max_src_len=0): validated and
     # scored as a capped run would be, so that the two compare on the same sentences (0 = none)
     length_cap: int = 0
+    # bidirectional training (BiT; Ding et al. 2021, "Improving Neural Machine Translation by
+    # Bidirectional Training"): the first N epochs also train on every pair reversed, target ->
+    # source, with no tag (an epoch then has about twice the batches), the later ones source ->
+    # target only, as without it. The authors train 1/3 of the steps so. Needs tokenizer.joint;
+    # not with tokenizer.sampling or train_max_src_len. 0 = off
+    bidirectional_epochs: int = 0
     # a seq2seq-prepare output to train from; unset: prepared on first use into cache_dir
     prepared: str | None = None
     # data prepared on first use, keyed by files and settings (relative: to the working directory)

@@ -20,6 +20,11 @@ epoch is planned on them as on prepared corpora (`EpochData`). plan=prepared: a 
 are segmented as it is read, the plan stays that of the prepared lengths, and
 batching.fit_budget cuts a batch that sampling made too wide.
 
+Bidirectional training (data.bidirectional_epochs; Ding et al. 2021, BiT) adds each split's
+pairs reversed, target -> source (`CorpusArrays.reversed`, views of the same arrays), as further
+corpora of their split's weight in the first epochs and 0 after them, when the plan is exactly
+the one without them.
+
 With fixed shapes (trainer.batch_shapes, buckets.py) the budget counts each pair's padded width,
 and every batch is padded to its bucket's shape as it is passed on (`passes`).
 """
@@ -116,16 +121,26 @@ class TrainData:
         max_src_len: int = 0,
         sampler: SubwordSampler | None = None,
         shape_buckets: int = 0,
+        reversed_epochs: int = 0,
     ) -> None:
         """`corpora` by split name, drawn with `weights` (one each, or empty = 1); pairs with a
         side over `max_len` tokens, or a source over `max_src_len` (when above 0;
         data.train_max_src_len) are left out; batches of at most `max_tokens` padded tokens
         (data.token_batches' budget); shuffled from `seed` and the epoch. `sampler`: segments
         each batch's pairs anew (tokenizer.sampling), None: the prepared ids. `shape_buckets`
-        > 0: batches padded to that many fixed shapes (buckets.py), 0: as long as their pairs."""
-        self.sampler = sampler
+        > 0: batches padded to that many fixed shapes (buckets.py), 0: as long as their pairs.
+        `reversed_epochs` > 0: epochs 0 to reversed_epochs - 1 also draw every split's pairs
+        reversed (bidirectional training; needs one vocabulary for both sides, and no sampler)."""
+        if reversed_epochs > 0 and sampler is not None:
+            raise ValueError("bidirectional training and subword sampling do not combine")
+        self.sampler, self.reversed_epochs = sampler, reversed_epochs
         self.names, self.corpora = list(corpora), list(corpora.values())
         self.weights = weights or [1.0] * len(self.corpora)
+        self.splits = len(self.corpora)  # the training splits; then their reversed copies
+        if reversed_epochs > 0:
+            self.names += [f"{name} reversed" for name in self.names]
+            self.corpora += [arrays.reversed() for arrays in self.corpora]
+            self.weights = self.weights * 2
         self.max_len, self.max_tokens, self.seed = max_len, max_tokens, seed
         self.base = np.cumsum([0] + [len(c) for c in self.corpora])  # (corpora + 1,)
         src_cap = max_src_len or max_len  # groups: (width, tgt len, src len, start, count)
@@ -143,20 +158,21 @@ class TrainData:
         self.next_epoch: tuple[int, Future[EpochData]] | None = None
 
     def __len__(self) -> int:
-        """Pairs within max_len, over every corpus (each counted once)."""
-        return int(sum(int(g[:, 4].sum()) for g in self.groups))
+        """Pairs within max_len, over every split (each counted once; not their reversed copies)."""
+        return int(sum(int(g[:, 4].sum()) for g in self.groups[: self.splits]))
 
     def longest(self) -> tuple[int, int]:
-        """The longest source and target (tokens, no specials) among the pairs trained on."""
+        """The longest source and target (tokens, no specials) among the pairs trained on
+        (reversed pairs included)."""
         kept = [g for g in self.groups if len(g)]
         if not kept:
             return 0, 0
         return max(int(g[:, 2].max()) for g in kept), max(int(g[:, 1].max()) for g in kept)
 
     def over_long(self) -> list[int]:
-        """Pairs of each corpus left out for a side over max_len (or a source over max_src_len)."""
-        kept = [int(g[:, 4].sum()) for g in self.groups]
-        return [len(c) - k for c, k in zip(self.corpora, kept, strict=True)]
+        """Pairs of each split left out for a side over max_len (or a source over max_src_len)."""
+        kept = [int(g[:, 4].sum()) for g in self.groups[: self.splits]]
+        return [len(c) - k for c, k in zip(self.corpora[: self.splits], kept, strict=True)]
 
     def fit_buckets(self, n: int) -> ShapeBuckets:
         """`n` fixed lengths for the pairs trained on (each split's pairs counted by its weight),
@@ -228,10 +244,14 @@ class TrainData:
         drawn by its weight), the batches cut over them, and their shuffled order."""
         data = self.epoch_data(epoch)
         rows: list[tuple[int, int, int, int, int]] = []  # (key, corpus, start, count, drawn)
-        for c, (groups, weight) in enumerate(zip(data.groups, self.weights, strict=True)):
+        for c, (groups, weight) in enumerate(
+            zip(data.groups, self.epoch_weights(epoch), strict=True)
+        ):
             counts = groups[:, 4]
             drawn = counts
-            if weight != 1.0:
+            if weight == 0.0:  # a reversed copy after the bidirectional epochs
+                drawn = np.zeros_like(counts)
+            elif weight != 1.0:
                 rng = np.random.default_rng([self.seed, epoch, c, 1])
                 exact = counts * weight  # (groups,)
                 drawn = np.floor(exact).astype(np.int64) + (rng.random(len(counts)) < exact % 1)
@@ -272,6 +292,13 @@ class TrainData:
             rng.permutation(len(batch_starts) - 1),
             drawn_by,
         )
+
+    def epoch_weights(self, epoch: int) -> list[float]:
+        """Each corpus's weight in `epoch`: data.weights, the reversed copies 0 from epoch
+        reversed_epochs on."""
+        if epoch < self.reversed_epochs:
+            return self.weights
+        return self.weights[: self.splits] + [0.0] * (len(self.weights) - self.splits)
 
     def epoch_batches(self, epoch: int) -> list[BatchRef]:
         """The batches of `epoch` in training order (a pure function of seed and epoch)."""

@@ -117,6 +117,14 @@ class CorpusArrays:
         so, to = self.src_offsets, self.tgt_offsets
         return self.src_ids[so[i] : so[i + 1]], self.tgt_ids[to[i] : to[i + 1]]
 
+    def reversed(self) -> CorpusArrays:
+        """The same pairs the other way round, target -> source (bidirectional training): views
+        of the same arrays, each group's lengths swapped (its pairs stay one run of `order`)."""
+        groups = self.groups[:, [0, 2, 1, 3, 4]]  # (groups, 5): width, src len, tgt len, ...
+        return CorpusArrays(
+            self.tgt_ids, self.src_ids, self.tgt_offsets, self.src_offsets, self.order, groups
+        )
+
     @classmethod
     def from_ids(
         cls, src: list[list[int]], tgt: list[list[int]], dtype: DTypeLike = np.int64

@@ -73,6 +73,7 @@ def load_corpus(cfg: TrainConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
         data.train_max_src_len,
         train_sampler(cfg, toks),
         fixed_shapes(t),
+        data.bidirectional_epochs,
     )
     log_filtered(prepared, train, data)
     evals = {}
@@ -160,6 +161,7 @@ def corpus_from_splits(
             data.train_max_src_len,
             train_sampler(cfg, toks),
             fixed_shapes(t),
+            data.bidirectional_epochs,
         ),
         evals,
         data_fingerprint(*texts),

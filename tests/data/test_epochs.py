@@ -5,6 +5,7 @@ from __future__ import annotations
 import mmap
 import random
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from seq2seq.data.batching import collate, cut_batches, token_batches
 from seq2seq.data.epochs import RELEASE_EVERY, TrainData
 from seq2seq.data.prepared import CorpusArrays
+from seq2seq.data.subword_sampling import SubwordSampler
+from seq2seq.data.tokenizer import EOS_ID
 
 
 def random_pairs(rng: random.Random, n: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -207,3 +210,62 @@ def test_max_src_len_leaves_out_long_sources_only() -> None:
     assert data.over_long() == [len(src) - len(drawn)]
     everything = TrainData(arrays, [], 64, 300, seed=1)  # 0 = no cap
     assert len(everything) == len(src)
+
+
+def test_reversed_corpus_holds_each_pair_the_other_way_round() -> None:
+    src, tgt = random_pairs(random.Random(4), 200)
+    back = CorpusArrays.from_ids(src, tgt).reversed()
+    for i in range(200):
+        s, t = back.row(i)
+        assert (s.tolist(), t.tolist()) == (tgt[i], src[i])
+    # each group is one run of `order` with the lengths its columns give (width, tgt, src)
+    for width, t_len, s_len, start, count in back.groups.tolist():
+        for i in back.order[start : start + count].tolist():
+            assert (len(src[i]), len(tgt[i])) == (t_len, s_len)
+            assert max(len(src[i]), len(tgt[i])) == width
+
+
+def test_bidirectional_epochs_draw_each_pair_both_ways_then_plan_as_without() -> None:
+    """data.bidirectional_epochs=2: epochs 0 and 1 hold every pair forward (index i) and
+    reversed (index n + i, source and target exchanged), once each; from epoch 2 on the batches
+    are, tensor for tensor, those of the same data without the option."""
+    n = 400
+    src, tgt = random_pairs(random.Random(2), n)
+
+    def make(reversed_epochs: int) -> TrainData:
+        arrays = CorpusArrays.from_ids(src, tgt)
+        return TrainData({"a": arrays}, [], 30, 300, 5, reversed_epochs=reversed_epochs)
+
+    both, plain = make(2), make(0)
+    kept = len(plain)
+    assert len(both) == kept < n  # max_len leaves some out, counted once
+    assert both.over_long() == plain.over_long()
+    for epoch in (0, 1):
+        batches = [both.collate(r) for r in both.epoch_batches(epoch)]
+        seen = sorted(i for b in batches for i in b.index.tolist())
+        forward = [i for i in seen if i < n]
+        assert forward == sorted(set(forward))
+        assert len(forward) == kept
+        assert [i - n for i in seen if i >= n] == forward
+        assert len(batches) > 1.8 * len(plain.epoch_batches(epoch))
+        for batch in batches:
+            for row, i in enumerate(batch.index.tolist()):
+                s, t = (src[i], tgt[i]) if i < n else (tgt[i - n], src[i - n])
+                length = len(s) + 1
+                assert batch.src[row, :length].tolist() == [*s, EOS_ID]
+                assert batch.tgt_out[row, : len(t) + 1].tolist() == [*t, EOS_ID]
+    for epoch in (2, 3):
+        got, want = both.epoch_batches(epoch), plain.epoch_batches(epoch)
+        assert got == want
+        for a, b in zip(got, want, strict=True):
+            one, other = both.collate(a), plain.collate(b)
+            for name in ("src", "tgt_in", "tgt_out", "index"):
+                assert getattr(one, name).equal(getattr(other, name)), name
+
+
+def test_bidirectional_epochs_refuse_a_subword_sampler() -> None:
+    src, tgt = random_pairs(random.Random(2), 10)
+    sampler = cast(SubwordSampler, object())
+    arrays = CorpusArrays.from_ids(src, tgt)
+    with pytest.raises(ValueError, match="subword sampling"):
+        TrainData({"a": arrays}, [], 30, 300, 5, sampler=sampler, reversed_epochs=1)

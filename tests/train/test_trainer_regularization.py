@@ -7,22 +7,16 @@ count twice the FLOPs; alpha=0 is the step from before R-Drop."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from torch import Tensor
 
-from seq2seq.config.checks import check_config
 from seq2seq.data.batching import fit_budget
 from seq2seq.model.transformer import EncoderDecoder
-from seq2seq.train.build import build_trainer
-from seq2seq.train.checkpoint import load_checkpoint
-from seq2seq.train.steplog import LOG_NAME
-from seq2seq.train.trainer import Trainer
 from tests.kernels.test_rdrop import todays_forward
-from tests.tiny_run import assert_same_weights, compose_train, tiny_overrides, write_slice
+from tests.tiny_run import assert_resume_is_exact, assert_same_weights, tiny_trainer
 
 REGULARIZERS = [
     "tokenizer.sampling.bpe_dropout=0.2",
@@ -30,16 +24,6 @@ REGULARIZERS = [
     "model.src_word_dropout=0.1",
     "model.tgt_word_dropout=0.1",
 ]
-
-
-def trainer(tmp_path: Path, name: str, *extra: str) -> Trainer:
-    data = tmp_path / "data"
-    if not data.exists():
-        write_slice(data)
-    cfg = compose_train(tiny_overrides(data, tmp_path / "cache", *extra))
-    check_config(cfg)
-    (tmp_path / name).mkdir()
-    return build_trainer(cfg, tmp_path / name)
 
 
 def losses(run_dir: Path) -> list[float]:
@@ -57,31 +41,18 @@ def test_resumed_run_samples_and_drops_out_as_the_straight_one(tmp_path: Path, p
     """12 steps (into the second epoch) straight, against 8 steps' checkpoint resumed to 12 in
     another directory: the same weights, optimizer state and counters, to the bit."""
     settings = [*REGULARIZERS, f"tokenizer.sampling.plan={plan}", PLANS[plan]]
-    straight = trainer(tmp_path, "straight", *settings)
+    straight = tiny_trainer(tmp_path, "straight", *settings)
     assert len(straight.epoch_batches(0)) in range(9, 12)
     straight.fit()
     straight.close()
     assert straight.state.step == 12
     assert straight.state.epoch >= 1
-    step_8 = tmp_path / "straight" / "checkpoints" / "step_8.pt"
-    data = tmp_path / "data"
-    cfg = compose_train(tiny_overrides(data, tmp_path / "cache", *settings))
-    (tmp_path / "resumed").mkdir()
-    shutil.copy(tmp_path / "straight" / LOG_NAME, tmp_path / "resumed")  # cut back to step 8
-    resumed = build_trainer(cfg, tmp_path / "resumed", resume=(step_8, load_checkpoint(step_8)))
-    resumed.fit()
-    resumed.close()
-    assert_same_weights(
-        tmp_path / "straight" / "checkpoints" / "last.pt",
-        tmp_path / "resumed" / "checkpoints" / "last.pt",
-    )
-    log = (tmp_path / "resumed" / LOG_NAME).read_bytes()
-    assert log == (tmp_path / "straight" / LOG_NAME).read_bytes()
+    assert_resume_is_exact(tmp_path, settings, 8)
 
 
 def test_regularized_run_trains_and_differs_from_the_plain_one(tmp_path: Path) -> None:
     for name, extra in (("plain", []), ("regularized", REGULARIZERS)):
-        t = trainer(tmp_path, name, "trainer.max_steps=6", *extra)
+        t = tiny_trainer(tmp_path, name, "trainer.max_steps=6", *extra)
         t.fit()
         t.close()
     got, want = losses(tmp_path / "regularized"), losses(tmp_path / "plain")
@@ -91,8 +62,8 @@ def test_regularized_run_trains_and_differs_from_the_plain_one(tmp_path: Path) -
 
 
 def test_rdrop_counts_two_passes_of_flops(tmp_path: Path) -> None:
-    one = trainer(tmp_path, "one")
-    two = trainer(tmp_path, "two", "trainer.rdrop_alpha=0.5")
+    one = tiny_trainer(tmp_path, "one")
+    two = tiny_trainer(tmp_path, "two", "trainer.rdrop_alpha=0.5")
     args = (100, 120, 12, 14)
     assert two.flops.batch(*args) == 2 * one.flops.batch(*args)
     for t in (one, two):
@@ -111,7 +82,7 @@ def test_alpha_zero_steps_as_before_r_drop(tmp_path: Path, monkeypatch: pytest.M
     for name, patch in (("zero", False), ("before", True)):
         if patch:
             monkeypatch.setattr(EncoderDecoder, "forward", before)
-        t = trainer(tmp_path, name, "trainer.max_steps=3", "trainer.rdrop_alpha=0")
+        t = tiny_trainer(tmp_path, name, "trainer.max_steps=3", "trainer.rdrop_alpha=0")
         t.fit()
         t.close()
     assert losses(tmp_path / "zero") == losses(tmp_path / "before")
@@ -125,7 +96,7 @@ def test_alpha_zero_steps_as_before_r_drop(tmp_path: Path, monkeypatch: pytest.M
 def test_sampled_steps_keep_to_the_token_budget(tmp_path: Path, budget: int) -> None:
     """Every pass the trainer takes holds at most trainer.max_tokens (token_batches' measure),
     and every pair of the planned batch is trained on once."""
-    t = trainer(
+    t = tiny_trainer(
         tmp_path, "run", "tokenizer.sampling.bpe_dropout=0.3", f"trainer.max_tokens={budget}"
     )
     for ref in t.epoch_batches(0):
