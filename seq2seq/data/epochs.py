@@ -249,9 +249,7 @@ class TrainData:
         ):
             counts = groups[:, 4]
             drawn = counts
-            if weight == 0.0:  # a reversed copy after the bidirectional epochs
-                drawn = np.zeros_like(counts)
-            elif weight != 1.0:
+            if weight != 1.0:  # 0: a reversed copy after the bidirectional epochs draws none
                 rng = np.random.default_rng([self.seed, epoch, c, 1])
                 exact = counts * weight  # (groups,)
                 drawn = np.floor(exact).astype(np.int64) + (rng.random(len(counts)) < exact % 1)
