@@ -15,6 +15,8 @@ from seq2seq.config.schema import (
     DecodeConfig,
     EvaluateConfig,
     ModelConfig,
+    OptimConfig,
+    Schedule,
     SearchKind,
     TokenizerConfig,
     TokenizerKind,
@@ -83,6 +85,7 @@ def check_config(cfg: TrainConfig) -> None:
     _require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "above 0")
     _require(cfg.optim.warmup_steps >= 0, "optim.warmup_steps", cfg.optim.warmup_steps, "0 or more")
     _require(cfg.optim.clip_norm >= 0, "optim.clip_norm", cfg.optim.clip_norm, "0 or more")
+    check_schedule(cfg.optim, t.max_steps)
     _require(len(cfg.optim.betas) == 2, "optim.betas", cfg.optim.betas, "two numbers")
     _require(
         not m.share_embeddings or cfg.tokenizer.joint,
@@ -96,6 +99,24 @@ def check_config(cfg: TrainConfig) -> None:
     check_trainer(t)
     check_rdrop(cfg)
     check_decode(cfg.decode)
+
+
+def check_schedule(o: OptimConfig, max_steps: int) -> None:
+    """The decay of a cosine or linear schedule must end after the warmup, at a learning rate
+    no higher than the peak."""
+    _require(o.decay_steps >= 0, "optim.decay_steps", o.decay_steps, "0 or more")
+    _require(0.0 <= o.min_lr <= o.lr, "optim.min_lr", o.min_lr, f"in [0, optim.lr ({o.lr})]")
+    if o.schedule == Schedule.inverse_sqrt:
+        return
+    key = "optim.decay_steps" if o.decay_steps else "trainer.max_steps"
+    end = o.decay_steps or max_steps
+    _require(
+        end > o.warmup_steps,
+        key,
+        end,
+        f"above optim.warmup_steps ({o.warmup_steps}): optim.schedule={o.schedule.value} "
+        "decays from the end of the warmup to that step",
+    )
 
 
 def t5_exact_buckets(num_buckets: int, causal: bool) -> int:

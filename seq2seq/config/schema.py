@@ -66,6 +66,14 @@ class LengthPenaltyKind(str, Enum):
     average = "average"  # score / |y| ** alpha
 
 
+class Schedule(str, Enum):
+    """optim.schedule: the learning rate after the linear warmup."""
+
+    inverse_sqrt = "inverse_sqrt"  # Vaswani et al. 2017, eq. 3: lr * sqrt(warmup / step)
+    cosine = "cosine"  # half a cosine from lr down to min_lr (Loshchilov & Hutter 2017, SGDR)
+    linear = "linear"  # a straight line from lr down to min_lr
+
+
 class Precision(str, Enum):
     """trainer.precision: the floating-point type training computes in."""
 
@@ -271,7 +279,12 @@ class OptimConfig:
     """optim: AdamW, gradient clipping and the learning-rate schedule."""
 
     lr: float = 1e-3  # peak learning rate, reached after warmup
-    warmup_steps: int = 1000  # linear warmup, then inverse square root decay
+    warmup_steps: int = 1000  # linear warmup from lr / warmup_steps, then `schedule`
+    schedule: Schedule = Schedule.inverse_sqrt  # inverse_sqrt | cosine | linear
+    # cosine and linear: the step at which the decay reaches min_lr and stays (0 =
+    # trainer.max_steps: a run stopped earlier, by max_minutes or patience, never gets there)
+    decay_steps: int = 0
+    min_lr: float = 0.0  # cosine and linear: the learning rate at decay_steps and after
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam betas
     eps: float = 1e-9  # Adam epsilon
     weight_decay: float = 0.0  # decoupled weight decay (AdamW)

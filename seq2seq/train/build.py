@@ -9,7 +9,9 @@ disk work of a training run (reading the corpus, training tokenizers) and the pr
 from __future__ import annotations
 
 import logging
+import math
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +21,7 @@ from seq2seq import kernels
 from seq2seq.config.schema import (
     Kernels,
     OptimConfig,
+    Schedule,
     TrainConfig,
     TrainerConfig,
 )
@@ -40,9 +43,10 @@ FUSED_ADAMW_ON_CPU = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= 
 
 
 def build_optimizer(
-    model: torch.nn.Module, cfg: OptimConfig, device: torch.device
+    model: torch.nn.Module, cfg: OptimConfig, device: torch.device, max_steps: int = 0
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with linear warmup then inverse-sqrt decay.
+    """AdamW with linear warmup then cfg.schedule's decay (`lr_factor`); max_steps: the run's
+    trainer.max_steps, where a cosine or linear decay ends when cfg.decay_steps is 0.
 
     AdamW is fused (one kernel for all parameters) on CUDA and, from torch 2.4, on the CPU,
     where foreach loops over the tensors one by one (the timings: docs/BENCHMARKS.md, kernel
@@ -58,15 +62,31 @@ def build_optimizer(
         weight_decay=cfg.weight_decay,
         fused=fused or None,
     )
+    factor = lr_factor(cfg, cfg.decay_steps or max_steps)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def lr_factor(cfg: OptimConfig, decay_steps: int) -> Callable[[int], float]:
+    """The learning rate as a multiple of cfg.lr, given the steps taken so far (LambdaLR's
+    argument). The step about to be taken is step = taken + 1 (1-based, as eq. 3's step_num):
+    the first step gets lr / warmup, step `warmup` the peak. After it, inverse_sqrt is Vaswani
+    et al. 2017's eq. 3; cosine and linear fall from lr to cfg.min_lr at step `decay_steps`
+    and stay there."""
     warmup = max(1, cfg.warmup_steps)
+    floor = cfg.min_lr / cfg.lr
+    span = max(1, decay_steps - warmup)
 
-    def inverse_sqrt(taken: int) -> float:  # Vaswani et al. 2017, eq. 3, peak = cfg.lr
-        # LambdaLR passes the steps taken so far; eq. 3's step_num is the step about to be
-        # taken (1-based): the first step gets lr / warmup, step `warmup` the peak
+    def factor(taken: int) -> float:
         step = taken + 1
-        return min(step / warmup, float((warmup / step) ** 0.5))
+        if step <= warmup:
+            return step / warmup
+        if cfg.schedule == Schedule.inverse_sqrt:
+            return float((warmup / step) ** 0.5)
+        done = min(1.0, (step - warmup) / span)  # share of the decay behind us
+        left = 0.5 * (1 + math.cos(math.pi * done)) if cfg.schedule == Schedule.cosine else 1 - done
+        return floor + (1 - floor) * left
 
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt)
+    return factor
 
 
 def checkpoint_bytes(cfg: TrainConfig) -> int:
@@ -133,7 +153,7 @@ def build_trainer(
     model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size).to(device)
     if source is not None:
         load_model_state(model, source.state["model"], source.path)
-    optimizer, scheduler = build_optimizer(model, cfg.optim, device)
+    optimizer, scheduler = build_optimizer(model, cfg.optim, device, cfg.trainer.max_steps)
     if source is not None and not cfg.trainer.init_reset:
         if "optimizer" not in source.state:
             raise CheckpointError(

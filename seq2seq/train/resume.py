@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from seq2seq.config.schema import TrainConfig, config_from_dict, resolve_path
+from seq2seq.config.schema import Schedule, TrainConfig, config_from_dict, resolve_path
 from seq2seq.errors import UserError
 from seq2seq.train.checkpoint import CheckpointError, load_checkpoint, step_checkpoints
 
@@ -130,11 +130,19 @@ def config_changes(saved: dict[str, Any], cfg: TrainConfig) -> list[tuple[str, A
     after = flatten(_plain(cfg))
     missing = object()
     changes = []
+    safe = SAFE_KEYS - _schedule_keys(cfg)
     for key in sorted(before.keys() | after.keys()):
         old, new = before.get(key, missing), after.get(key, missing)
-        if old != new and key not in SAFE_KEYS and not key.startswith(SAFE_PREFIXES):
+        if old != new and key not in safe and not key.startswith(SAFE_PREFIXES):
             changes.append((key, None if old is missing else old, None if new is missing else new))
     return changes
+
+
+def _schedule_keys(cfg: TrainConfig) -> frozenset[str]:
+    """The otherwise safe keys that set the learning-rate schedule: trainer.max_steps where a
+    cosine or linear decay ends there (optim.decay_steps 0)."""
+    decays = cfg.optim.schedule != Schedule.inverse_sqrt and cfg.optim.decay_steps == 0
+    return frozenset({"trainer.max_steps"}) if decays else frozenset()
 
 
 def check_compatible(saved: dict[str, Any], cfg: TrainConfig, source: Path) -> None:
@@ -147,13 +155,16 @@ def check_compatible(saved: dict[str, Any], cfg: TrainConfig, source: Path) -> N
             f"({type(err).__name__}: {str(err).splitlines()[0]}); start a new run"
         ) from err
     if changes:
+        scheduled = _schedule_keys(cfg)
+        safe = ", ".join(sorted(SAFE_KEYS - scheduled))
+        why = " (not trainer.max_steps: optim.schedule decays to optim.min_lr there)"
         listed = "; ".join(
             f"{key}: {old!r} in the checkpoint, {new!r} now" for key, old, new in changes
         )
         raise ResumeError(
             f"cannot resume from {source}: the config differs in settings that would change the "
             f"run ({listed}). Restore them, or start a new run in another hydra.run.dir. "
-            f"Settings that may change on resume: {', '.join(sorted(SAFE_KEYS))}, decode.*"
+            f"Settings that may change on resume: {safe}, decode.*{why if scheduled else ''}"
         )
 
 

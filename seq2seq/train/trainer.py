@@ -2,7 +2,7 @@
 
 fit():  until a stop condition (max_steps, max_epochs, early stopping, max_minutes, a signal),
 for each group of batches:
-    train_step (teacher forcing, label-smoothed loss, clip, AdamW, inverse-sqrt lr; a step with
+    train_step (teacher forcing, label-smoothed loss, clip, AdamW, the lr schedule; a step with
     a non-finite loss or gradient is skipped and counted)
     every valid_every steps: validate (loss, ppl, greedy BLEU/chrF/TER), early stopping on
     trainer.best_metric, save last/best

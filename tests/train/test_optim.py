@@ -95,6 +95,75 @@ def test_no_warmup_starts_at_the_peak(tmp_path: Path) -> None:
     assert [c["lrs"][0] for c in calls] == pytest.approx(want, rel=1e-12)  # type: ignore[index]
 
 
+def decayed(step: int, warmup: int, end: int, shape: str, floor: float) -> float:
+    """A cosine or linear decay written out: linear warm-up to PEAK over `warmup` steps, then
+    from PEAK down to `floor` at step `end` (1-based steps), and `floor` after it."""
+    if step <= warmup:
+        return PEAK * step / warmup
+    done = min(1.0, (step - warmup) / (end - warmup))
+    left = (1 + math.cos(math.pi * done)) / 2 if shape == "cosine" else 1 - done
+    return floor + (PEAK - floor) * left
+
+
+@pytest.mark.parametrize(
+    ("shape", "decay", "floor"),
+    [("cosine", 0, 0.0), ("linear", 0, 0.0), ("cosine", 8, PEAK / 10), ("linear", 6, 0.0)],
+)
+def test_cosine_and_linear_decay_to_min_lr_at_decay_steps(
+    tmp_path: Path, shape: str, decay: int, floor: float
+) -> None:
+    """Catches a decay that starts before the warmup's end, ends at another step than
+    optim.decay_steps (0: trainer.max_steps), misses optim.min_lr, or moves after its end; the
+    midpoint of a cosine is half-way between the peak and min_lr, a linear one's the same."""
+    warmup, steps = 2, 10
+    trainer = tiny_trainer(
+        tmp_path,
+        f"optim.warmup_steps={warmup}",
+        f"optim.schedule={shape}",
+        f"optim.decay_steps={decay}",
+        f"optim.min_lr={floor}",
+        f"trainer.max_steps={steps}",
+    )
+    calls = record_optimizer_steps(trainer)
+    trainer.fit()
+    trainer.close()
+    end = decay or steps
+    used = [c["lrs"][0] for c in calls]  # type: ignore[index]
+    want = [decayed(step, warmup, end, shape, floor) for step in range(1, steps + 1)]
+    assert used == pytest.approx(want, rel=1e-12, abs=1e-15)
+    assert used[warmup - 1] == pytest.approx(PEAK, rel=1e-12)  # the peak, as inverse_sqrt's
+    assert used[end - 1] == pytest.approx(floor, abs=1e-15)  # min_lr at decay_steps
+    assert all(lr == pytest.approx(floor, abs=1e-15) for lr in used[end - 1 :])  # and after
+    middle = (warmup + end) // 2  # half of the decay behind: half-way, cosine or linear
+    assert used[middle - 1] == pytest.approx((PEAK + floor) / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (
+            ["optim.schedule=cosine", "optim.warmup_steps=10", "trainer.max_steps=10"],
+            "trainer.max_steps",
+        ),
+        (
+            ["optim.schedule=linear", "optim.warmup_steps=10", "optim.decay_steps=5"],
+            "optim.decay_steps",
+        ),
+        (["optim.min_lr=0.01"], "optim.min_lr"),
+        (["optim.decay_steps=-1"], "optim.decay_steps"),
+    ],
+)
+def test_a_schedule_that_cannot_decay_is_refused(overrides: list[str], key: str) -> None:
+    """Catches a decay ending inside the warmup (a division by zero or a jump), or a min_lr
+    above the peak (a schedule that rises), reaching the training loop."""
+    from seq2seq.config.checks import check_config
+    from seq2seq.errors import ConfigError
+    from tests.tiny_run import compose_train
+
+    with pytest.raises(ConfigError, match=rf"config: {key}=.* is invalid"):
+        check_config(compose_train(overrides))
+
+
 # --------------------------------------------------------------------------- clipping
 
 

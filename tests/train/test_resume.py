@@ -527,6 +527,31 @@ def test_config_changes_lists_only_unsafe_keys(straight: Straight) -> None:
     assert config_changes(saved, both) == [("model.d_ff", 64, 128), ("trainer.seed", 1, 3)]
 
 
+@pytest.mark.parametrize(
+    ("schedule", "refused"),
+    [
+        (["optim.schedule=cosine"], True),  # decays to min_lr at trainer.max_steps
+        (["optim.schedule=linear", "optim.decay_steps=20"], False),  # at its own decay_steps
+        ([], False),  # inverse_sqrt does not depend on max_steps
+    ],
+)
+def test_max_steps_is_unsafe_where_the_schedule_ends_there(
+    schedule: list[str], refused: bool
+) -> None:
+    """Catches a resume that moves where a cosine or linear decay ends (its later steps would
+    take other learning rates than the run it continues), and a refusal where nothing moves."""
+    from omegaconf import OmegaConf
+
+    before = compose_train(["trainer.max_steps=10", *schedule])
+    saved = OmegaConf.to_container(OmegaConf.structured(before), enum_to_str=True)
+    after = compose_train(["trainer.max_steps=30", *schedule])
+    changes = config_changes(saved, after)  # type: ignore[arg-type]
+    assert changes == ([("trainer.max_steps", 10, 30)] if refused else [])
+    if refused:
+        with pytest.raises(ResumeError, match=r"not trainer\.max_steps: optim\.schedule decays"):
+            check_compatible(saved, after, Path("x.pt"))  # type: ignore[arg-type]
+
+
 def test_resume_refuses_a_config_of_another_schema() -> None:
     with pytest.raises(ResumeError, match=r"x\.pt: its config does not fit .* 'nonsense'"):
         check_compatible({"model": {"nonsense": 1}}, TrainConfig(), Path("x.pt"))
