@@ -116,7 +116,9 @@ def train(
     src, tgt = tok.encode_batch(pairs[0]), tok.encode_batch(pairs[1])
     split = Split("train", *pairs, src, tgt)
     corpus = corpus_from_splits(cfg, split, {cfg.data.valid: split}, (tok, tok))
-    optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))
+    optimizer, scheduler = build_optimizer(
+        model, cfg.optim, torch.device("cpu"), cfg.trainer.max_steps
+    )
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(cfg, model, optimizer, scheduler, corpus, Path(run_dir))
         batches = trainer.epoch_batches(0)

@@ -46,7 +46,7 @@ def make_trainer(cfg: TrainConfig, run_dir: Path) -> Trainer:
     corpus = load_corpus(cfg)
     src_tok, tgt_tok = corpus.tokenizers
     model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size).to(device)
-    optimizer, scheduler = build_optimizer(model, cfg.optim, device)
+    optimizer, scheduler = build_optimizer(model, cfg.optim, device, cfg.trainer.max_steps)
     return Trainer(cfg, model, optimizer, scheduler, corpus, run_dir)
 
 

@@ -235,7 +235,7 @@ def engine_step(engine: str, cfg: TrainConfig, vocab: int, run_dir: Path) -> tup
         raise SystemExit(f"cannot copy our initial weights into Marian: {err!r}") from err
     device = torch.device(cfg.trainer.device)
     model.to(device)
-    optimizer, scheduler = build_optimizer(model, cfg.optim, device)
+    optimizer, scheduler = build_optimizer(model, cfg.optim, device, cfg.trainer.max_steps)
     bf16, alpha = cfg.trainer.precision.value == "bf16", cfg.trainer.rdrop_alpha
     return (
         lambda b: hf_step(model, optimizer, scheduler, b, smoothing, bf16, alpha),

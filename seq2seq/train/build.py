@@ -43,7 +43,7 @@ FUSED_ADAMW_ON_CPU = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= 
 
 
 def build_optimizer(
-    model: torch.nn.Module, cfg: OptimConfig, device: torch.device, max_steps: int = 0
+    model: torch.nn.Module, cfg: OptimConfig, device: torch.device, max_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW with linear warmup then cfg.schedule's decay (`lr_factor`); max_steps: the run's
     trainer.max_steps, where a cosine or linear decay ends when cfg.decay_steps is 0.

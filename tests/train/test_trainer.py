@@ -264,7 +264,7 @@ def test_adamw_is_fused_on_cpu(make_model: MakeModel) -> None:
     from seq2seq.config.schema import OptimConfig
     from seq2seq.train.build import FUSED_ADAMW_ON_CPU, build_optimizer
 
-    optimizer, _ = build_optimizer(make_model(), OptimConfig(), torch.device("cpu"))
+    optimizer, _ = build_optimizer(make_model(), OptimConfig(), torch.device("cpu"), 10)
     assert optimizer.defaults["fused"] is (True if FUSED_ADAMW_ON_CPU else None)
 
 
@@ -276,7 +276,7 @@ def test_fused_adamw_steps_like_the_reference(make_model: MakeModel) -> None:
     ours, ref = make_model(), make_model()
     ref.load_state_dict(ours.state_dict())
     cfg = OptimConfig(warmup_steps=1, weight_decay=0.01)
-    opt, _ = build_optimizer(ours, cfg, torch.device("cpu"))
+    opt, _ = build_optimizer(ours, cfg, torch.device("cpu"), 10)
     plain = torch.optim.AdamW(
         ref.parameters(),
         lr=cfg.lr,
@@ -302,7 +302,7 @@ def test_decoding_sees_the_weights_of_each_fused_step() -> None:
     from seq2seq.train.build import build_optimizer
 
     layer, x = Linear(16, 8), torch.randn(4, 16)
-    opt, _ = build_optimizer(layer, OptimConfig(warmup_steps=1, lr=0.1), torch.device("cpu"))
+    opt, _ = build_optimizer(layer, OptimConfig(warmup_steps=1, lr=0.1), torch.device("cpu"), 10)
     for _ in range(2):
         with torch.no_grad():
             torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias)
@@ -363,7 +363,9 @@ def test_a_trainer_from_objects_reads_no_corpus(tmp_path: Path) -> None:
     tok = build_vocab("char", [text for pair in pairs for text in pair], vocab_size=64)
     splits = {name: encode_split(name, pairs, tok, tok) for name in ("train", "valid", "test")}
     model = build_model(cfg, tok.vocab_size, tok.vocab_size)
-    optimizer, scheduler = build_optimizer(model, cfg.optim, torch.device("cpu"))
+    optimizer, scheduler = build_optimizer(
+        model, cfg.optim, torch.device("cpu"), cfg.trainer.max_steps
+    )
     before = {k: v.clone() for k, v in model.state_dict().items()}
     run_dir = tmp_path / "run"
     run_dir.mkdir()
