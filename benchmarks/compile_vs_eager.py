@@ -1,6 +1,6 @@
 """trainer.compile against eager on the same batches: `python benchmarks/train_throughput.py
 --compile-vs-eager [--precision fp32|bf16] [--compile-mode default|max_autotune]
-[--shape-buckets 8] [--steps 10] [--repeats 3]` (issue #29).
+[--shape-buckets 8] [--steps 10] [--repeats 3] [--device cpu|cuda]` (issue #29).
 
 train_throughput.py's model and data (ours only, no Marian), three engines, each in its own
 process, the order alternating over the repeats:
@@ -73,11 +73,14 @@ def run_engine(cfg: TrainConfig, steps: int, warmup: int) -> dict[str, Any]:
             firsts.setdefault(shape(group), i)
         first = sorted(firsts.values()) if data.buckets is not None else list(range(warmup))
         rest = [g for i, g in enumerate(groups) if i not in set(first)][:steps]
+        sync = torch.cuda.synchronize if trainer.device.type == "cuda" else lambda: None
         warm, timed = [], []
         for seconds, batches in ((warm, [groups[i] for i in first]), (timed, rest)):
             for group in batches:
+                sync()
                 start = time.perf_counter()
                 trainer.train_step(group)
+                sync()  # a GPU's step ends when its kernels do
                 seconds.append(time.perf_counter() - start)
         trainer.close()
     return {
@@ -96,10 +99,11 @@ def child(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     of a first compiled run (a later run on the same machine reads Inductor's on-disk cache)."""
     script = Path(__file__).with_name("train_throughput.py")
     cmd = [sys.executable, str(script), "--data", args.data, "--compile-engine", engine]
-    for flag in ("steps", "warmup", "threads", "max_tokens", "precision", "dropout"):
+    for flag in ("steps", "warmup", "threads", "max_tokens", "precision", "dropout", "device"):
         cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     cmd += ["--shape-buckets", str(args.shape_buckets), "--compile-mode", args.compile_mode]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": path}
     with tempfile.TemporaryDirectory() as cache:  # Inductor's caches empty: a cold warm-up
         env["TORCHINDUCTOR_CACHE_DIR"] = cache
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
@@ -178,7 +182,8 @@ def report(result: dict[str, Any]) -> str:
         + "\n".join(rows)
         + f"\n\ncompiled against eager on the same batches: **{v['same_batches_speedup']:.2f}x** "
         f"(s/step); against the default eager run (exact shapes), real tokens/s: "
-        f"**{v['real_tokens_speedup']:.2f}x**: trainer.compile {pays} on this CPU; its extra "
+        f"**{v['real_tokens_speedup']:.2f}x**: trainer.compile {pays} on this "
+        f"{'GPU' if result['device'] == 'cuda' else 'CPU'}; its extra "
         f"warm-up {when}. eager_exact's timed steps are other batches than the fixed engines' "
         "(its own epoch 0), so its s/step does not compare; its real tokens/s does.\n"
     )
@@ -206,6 +211,8 @@ def main(args: argparse.Namespace, cfg_of: Any) -> None:
         shape_buckets=args.shape_buckets,
         compile_mode=args.compile_mode,
         cpu_flags=cpu_flags(),
+        device=args.device,
+        gpu=torch.cuda.get_device_name() if args.device == "cuda" else None,
     )
     result["verdict"] = verdict(result)
     print(json.dumps(result, indent=2))
@@ -214,7 +221,9 @@ def main(args: argparse.Namespace, cfg_of: Any) -> None:
         default_mode = args.compile_mode == "default"
         name = "train_compile" + ("" if args.precision == "fp32" else f"_{args.precision}")
         name += "" if default_mode else f"_{args.compile_mode}"
+        name += "_cuda" if args.device == "cuda" else ""
         mode = "" if default_mode else f", mode {args.compile_mode}"
+        mode += f", CUDA, {result['gpu']}" if args.device == "cuda" else ""
         title = f"trainer.compile vs eager ({args.precision}{mode})"
         write_json(name, result)
         update_doc(name, title, report(result))

@@ -308,8 +308,8 @@ class TrainerConfig:
     valid_every: int = 500  # steps between validations (and checkpoints)
     valid_bleu_sentences: int = 0  # validation sentences decoded for BLEU (0 = all)
     keep_last: int = 3  # periodic checkpoints kept, besides best.pt
-    # auto | fp32 | bf16 | fp16. auto times a few real steps in fp32 and bf16 before a CPU run
-    # and keeps the faster (bf16 on a CUDA GPU that supports it); a resumed run keeps its choice
+    # auto | fp32 | bf16 | fp16. auto times a few real steps in fp32 and bf16 before a run on a
+    # CPU or a CUDA GPU with bf16 and keeps the faster (fp32 elsewhere); a resumed run keeps it
     precision: Precision = Precision.auto
     # auto: the fast CPU kernels on a CPU (oneDNN linears, fused output layer + loss, cheap
     # dropout masks, attention on matmuls where SDPA is slow) and plain PyTorch elsewhere (CUDA);

@@ -2,8 +2,11 @@
 
 Whether bfloat16 autocast pays on a CPU depends on the CPU, not on its instruction flags alone:
 on some AMD EPYC boxes our step is much faster in bf16, on an Intel Xeon with AVX512-BF16 but no
-AMX it is slower than fp32 (docs/BENCHMARKS.md names the CPUs). So on a CPU the choice is timed on
-the run's own model and batches before training; on CUDA, bf16 is taken where the GPU supports it.
+AMX it is slower than fp32 (docs/BENCHMARKS.md names the CPUs). On a GPU it depends on the model:
+a small one is bound by kernel launches, and bf16's casts make its step slower than fp32's (on an
+H200 the benchmark's d=256 model stepped in 0.017 s in fp32 and 0.035 s in bf16), while a large
+one gains bf16's tensor cores. So on a CPU and on a CUDA GPU with bf16 the choice is timed on the
+run's own model and batches before training.
 
 Where float32 products run on a CPU (oneDNN or ATen's MKL) depends on the CPU too: before the
 precision is timed, `resolve_products` times both on the model's own shapes and keeps the faster.
@@ -25,7 +28,7 @@ from seq2seq.train.distributed import broadcast
 
 log = logging.getLogger(__name__)
 
-CANDIDATES = (Precision.fp32, Precision.bf16)  # what auto chooses between on a CPU
+CANDIDATES = (Precision.fp32, Precision.bf16)  # what auto chooses between where it times
 TIMED_ROUNDS = 3  # timed steps per candidate, after one untimed warm-up step each
 
 
@@ -44,13 +47,18 @@ def faster(times: dict[Precision, float]) -> Precision:
 
 
 def device_default(device: torch.device) -> Precision | None:
-    """The choice where no timing is needed: bf16 on a CUDA GPU that supports it, fp32 there
-    otherwise and on other non-CPU devices; None on a CPU (time it)."""
+    """The choice where no timing is needed: fp32 on a CUDA GPU without bf16 and on other
+    devices; None on a CPU and on a CUDA GPU with bf16 (time both)."""
     if device.type == "cpu":
         return None
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return Precision.bf16
+        return None
     return Precision.fp32
+
+
+def where(device: torch.device) -> str:
+    """The timed device as the log names it."""
+    return "this CPU" if device.type == "cpu" else "this GPU"
 
 
 def resolve(
@@ -59,10 +67,10 @@ def resolve(
     device: torch.device,
     timing: Callable[[], dict[Precision, float]],
 ) -> tuple[Precision, dict[str, float]]:
-    """The precision to train in, and auto's step times on a CPU (else {}): `asked` unless it
-    is auto; auto keeps a resumed run's choice (`resumed`, "" for a new run), takes
-    device_default on a GPU, and on a CPU calls `timing` and keeps the faster (rank 0's choice
-    binds every rank)."""
+    """The precision to train in, and auto's step times where it timed them (else {}): `asked`
+    unless it is auto; auto keeps a resumed run's choice (`resumed`, "" for a new run), takes
+    device_default where there is one, and else calls `timing` and keeps the faster (rank 0's
+    choice binds every rank)."""
     if asked != Precision.auto:
         return asked, {}
     if resumed:
@@ -75,7 +83,7 @@ def resolve(
     times = {p.value: s for p, s in timing().items()}
     chosen = broadcast(faster({Precision(p): s for p, s in times.items()}))
     shown = ", ".join(f"{p} {s:.4f}" for p, s in times.items())
-    log.info("precision auto: %s on this CPU (s/step: %s)", chosen.value, shown)
+    log.info("precision auto: %s on %s (s/step: %s)", chosen.value, where(device), shown)
     return chosen, times
 
 
@@ -133,12 +141,14 @@ def no_trace(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
 ) -> Iterator[None]:
     """Steps taken inside leave no trace: the weights, optimizer and schedule states and the
-    random generators are put back on the way out."""
+    random generators (a model on CUDA: the GPU's too, which its dropout draws from) are put
+    back on the way out."""
+    on_cuda = next(model.parameters()).device.type == "cuda"
     saved = (
         copy.deepcopy(model.state_dict()),
         copy.deepcopy(optimizer.state_dict()),
         scheduler.state_dict(),
-        rng_state(),
+        rng_state(cuda=on_cuda),
     )
     try:
         yield

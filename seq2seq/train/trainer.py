@@ -226,7 +226,8 @@ class Trainer:
 
     def time_precisions(self) -> dict[Precision, float]:
         """Seconds per training step in each candidate precision, on this run's first batches
-        (trainer.precision=auto); the run goes on as if no step had been taken."""
+        (trainer.precision=auto, on a CPU or a CUDA GPU); the run goes on as if no step had been
+        taken."""
         t = self.cfg.trainer
         batches = self.epoch_batches(0)
         first = [batches[i : i + t.accum_steps] for i in range(0, 2 * t.accum_steps, t.accum_steps)]
@@ -236,6 +237,8 @@ class Trainer:
         def step(precision: Precision, round_: int) -> None:
             self.precision = precision
             self.probe_step(groups[round_ % len(groups)])
+            if self.device.type == "cuda":  # the clock stops when the GPU's work is done
+                torch.cuda.synchronize(self.device)
 
         with no_trace(self.model, self.optimizer, self.scheduler):
             return time_precisions(step)

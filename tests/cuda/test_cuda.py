@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
+import seq2seq.train.precision
 from seq2seq import kernels
-from seq2seq.config.schema import DecodeConfig, PosKind, SearchKind
+from seq2seq.config.schema import DecodeConfig, PosKind, Precision, SearchKind
 from seq2seq.data.batching import collate
 from seq2seq.decode.load import load_for_inference
 from seq2seq.decode.search import Hypothesis, translate_ids
@@ -27,6 +28,7 @@ from seq2seq.train.steplog import LOG_NAME, read_step_log
 from tests.conftest import MakeModel
 from tests.search_cases import SEARCHES, eos_biased_model, random_sources
 from tests.tiny_run import run_cli, start_child, tiny_overrides, write_slice
+from tests.train.test_precision import auto_trainer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -179,9 +181,12 @@ def test_a_run_stopped_on_cuda_resumes_to_the_same_weights(
         torch.testing.assert_close(got["model"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_precision_auto_trains_in_bf16_on_a_cuda_gpu_with_bf16(tmp_path: Path) -> None:
-    """Catches auto timing precisions on a GPU (its default is bf16 where supported) and a
-    bf16 CUDA run whose loss is not finite."""
+def test_precision_auto_times_both_on_a_cuda_gpu_and_trains_in_the_faster(
+    tmp_path: Path,
+) -> None:
+    """Catches auto not timing on a GPU with bf16 (the faster precision there depends on the
+    model's size), a choice that is not the faster of the logged times, and a CUDA run whose
+    loss is not finite."""
     if not torch.cuda.is_bf16_supported():
         pytest.skip("this GPU has no bf16")
     overrides = tiny_overrides(
@@ -193,7 +198,32 @@ def test_precision_auto_trains_in_bf16_on_a_cuda_gpu_with_bf16(tmp_path: Path) -
     )
     out = run_cli(overrides, tmp_path / "run")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "precision bf16" in (tmp_path / "run" / "train.log").read_text()
+    timed = json.loads((tmp_path / "run" / "results.json").read_text())["precision_s_per_step"]
+    assert set(timed) == {"fp32", "bf16"}
+    chosen = "fp32" if timed["fp32"] <= timed["bf16"] else "bf16"
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert f"precision auto: {chosen} on this GPU" in log
+    assert f"precision {chosen}" in log
     steps = [r for r in read_step_log(tmp_path / "run" / LOG_NAME) if r.get("type") == "train"]
     assert steps
     assert all(torch.isfinite(torch.tensor(float(r["loss"]))) for r in steps)
+
+
+def test_auto_timing_on_cuda_leaves_no_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CUDA run whose auto chose fp32 trains as a run asked for fp32: the timed steps put back
+    the weights, the optimizer and the GPU's random generator, which dropout draws from (not
+    bitwise: CUDA's backward sums in no fixed order)."""
+    if not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bf16")
+    monkeypatch.setattr(seq2seq.train.precision, "faster", lambda times: Precision.fp32)
+    runs = {}
+    for precision in ("auto", "fp32"):
+        trainer = auto_trainer(tmp_path / precision, precision, ["trainer.device=cuda"])
+        trainer.fit()
+        trainer.close()
+        assert trainer.precision == Precision.fp32
+        runs[precision] = {n: t.detach().cpu() for n, t in trainer.model.state_dict().items()}
+    for name, tensor in runs["fp32"].items():
+        torch.testing.assert_close(runs["auto"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)

@@ -23,6 +23,7 @@ from seq2seq.train.precision import (
     TIMED_ROUNDS,
     device_default,
     faster,
+    resolve,
     time_precisions,
 )
 from seq2seq.train.trainer import Trainer
@@ -143,9 +144,36 @@ def test_faster_takes_the_shorter_step_and_fp32_on_a_tie() -> None:
     assert faster({Precision.fp32: 1.0, Precision.bf16: 1.0}) == Precision.fp32
 
 
-def test_only_a_cpu_is_timed() -> None:
+def test_a_cpu_and_a_cuda_gpu_with_bf16_are_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """None: time both (a GPU's fastest precision depends on the model's size, as a CPU's on
+    the CPU); fp32 where bf16 cannot run fast."""
     assert device_default(torch.device("cpu")) is None
     assert device_default(torch.device("meta")) == Precision.fp32
+    for bf16, want in ((True, None), (False, Precision.fp32)):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda bf16=bf16: bf16)
+        assert device_default(torch.device("cuda")) == want
+
+
+@pytest.mark.parametrize(("fp32_s", "chosen"), [(0.017, Precision.fp32), (0.050, Precision.bf16)])
+def test_auto_on_a_cuda_gpu_times_both_and_keeps_the_faster(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fp32_s: float,
+    chosen: Precision,
+) -> None:
+    """On CUDA (bf16 supported) auto takes the timed faster step, as on a CPU, and logs both."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    times = {Precision.fp32: fp32_s, Precision.bf16: 0.035}
+    with caplog.at_level(logging.INFO, logger="seq2seq"):
+        got = resolve(Precision.auto, "", torch.device("cuda"), lambda: times)
+    assert got == (chosen, {"fp32": fp32_s, "bf16": 0.035})
+    lines = [r.getMessage() for r in caplog.records if "precision auto" in r.getMessage()]
+    shown = f"fp32 {fp32_s:.4f}, bf16 0.0350"
+    assert lines == [f"precision auto: {chosen.value} on this GPU (s/step: {shown})"]
+    # asked for, or resumed: no timing
+    untimed = lambda: pytest.fail("timed")  # noqa: E731
+    assert resolve(Precision.fp32, "", torch.device("cuda"), untimed) == (Precision.fp32, {})
+    assert resolve(Precision.auto, "bf16", torch.device("cuda"), untimed) == (Precision.bf16, {})
 
 
 @pytest.fixture
