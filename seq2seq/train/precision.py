@@ -4,7 +4,7 @@ Whether bfloat16 autocast pays on a CPU depends on the CPU, not on its instructi
 on some AMD EPYC boxes our step is much faster in bf16, on an Intel Xeon with AVX512-BF16 but no
 AMX it is slower than fp32 (docs/BENCHMARKS.md names the CPUs). On a GPU it depends on the model:
 a small one is bound by kernel launches, and bf16's casts make its step slower than fp32's (on an
-H200 the benchmark's d=256 model stepped in 0.017 s in fp32 and 0.035 s in bf16), while a large
+H200 the benchmark's d=256 model stepped in 0.017 s in fp32 and 0.031 s in bf16), while a large
 one gains bf16's tensor cores. So on a CPU and on a CUDA GPU with bf16 the choice is timed on the
 run's own model and batches before training.
 
