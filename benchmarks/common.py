@@ -39,6 +39,12 @@ def machine() -> str:
     return str(machine_fields()["machine"])
 
 
+def child_pythonpath() -> str:
+    """A child process's PYTHONPATH: this checkout first, then the caller's (where carried
+    dependencies may sit, as on a lent GPU machine)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process, in MB. getrusage's ru_maxrss survives execve, so a
     worker process would report its parent's peak if larger: read the kernel's VmHWM where

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import ROOT, median, peak_rss_mb, update_doc, write_json
+from common import child_pythonpath, median, peak_rss_mb, update_doc, write_json
 
 from seq2seq.config.schema import TrainConfig
 from seq2seq.train.machine import SPEED_FLAGS, cpu_flags
@@ -102,8 +102,7 @@ def child(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     for flag in ("steps", "warmup", "threads", "max_tokens", "precision", "dropout", "device"):
         cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     cmd += ["--shape-buckets", str(args.shape_buckets), "--compile-mode", args.compile_mode]
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": path}
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": child_pythonpath()}
     with tempfile.TemporaryDirectory() as cache:  # Inductor's caches empty: a cold warm-up
         env["TORCHINDUCTOR_CACHE_DIR"] = cache
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)

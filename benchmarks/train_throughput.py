@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from common import (
     ONEDNN_DEFAULT_CACHES,
-    ROOT,
+    child_pythonpath,
     median,
     multi30k_root,
     peak_rss_mb,
@@ -301,8 +301,7 @@ def step_flops(cfg: TrainConfig, vocab: int, batches: list[Batch]) -> list[float
 def engine_env(engine: str, threads: int) -> dict[str, str]:
     """An engine's child process environment: its threads, this checkout on the path, and for
     Marian oneDNN's default caches, as users run it (ours caps them: kernels/onednn.py)."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": path}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": child_pythonpath()}
     if engine != "ours":
         env.update(ONEDNN_DEFAULT_CACHES)
     return env
