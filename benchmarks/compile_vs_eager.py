@@ -7,6 +7,10 @@ process, the order alternating over the repeats:
 
 - eager_exact: the default run, trainer.compile=false with exact batch shapes (its own batches);
 - eager_fixed: eager on the compiled run's batches (trainer.batch_shapes=fixed, the CPU kernels);
+- eager_reference: eager on the same batches with the reference kernels (trainer.kernels=
+  reference): what the compiled graphs compute, uncompiled. It splits compiled's gap to
+  eager_fixed into the kernels' part (eager_reference against eager_fixed) and the compiler's
+  (compiled against eager_reference);
 - compiled: trainer.compile=true (fixed shapes, static graphs, the reference kernels in them).
 
 Each engine's Trainer takes the batches of epoch 0 in training order: first the first batch of
@@ -41,10 +45,15 @@ from common import child_pythonpath, median, peak_rss_mb, update_doc, write_json
 from seq2seq.config.schema import TrainConfig
 from seq2seq.train.machine import SPEED_FLAGS, cpu_flags
 
-ENGINES = ("eager_exact", "eager_fixed", "compiled")
+ENGINES = ("eager_exact", "eager_fixed", "eager_reference", "compiled")
 OVERRIDES = {
     "eager_exact": ["trainer.compile=false", "trainer.batch_shapes=exact"],
     "eager_fixed": ["trainer.compile=false", "trainer.batch_shapes=fixed"],
+    "eager_reference": [
+        "trainer.compile=false",
+        "trainer.batch_shapes=fixed",
+        "trainer.kernels=reference",
+    ],
     "compiled": ["trainer.compile=true", "trainer.batch_shapes=fixed"],
 }
 
@@ -135,9 +144,10 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def verdict(result: dict[str, Any]) -> dict[str, Any]:
-    """compiled against eager_fixed (same batches) and eager_exact (real tokens/s), and the
+    """compiled against eager_fixed (same batches) and eager_exact (real tokens/s), the same
+    batches' gap split into the kernels' and the compiler's parts (eager_reference), and the
     steps after which compiled's extra warm-up is repaid against eager_exact (None: never)."""
-    exact, fixed, comp = (result[e] for e in ENGINES)
+    exact, fixed, ref, comp = (result[e] for e in ENGINES)
     gain = comp["real_tokens_per_s"] / exact["real_tokens_per_s"]
     # seconds eager_exact would spend on one compiled step's real tokens, minus compiled's own
     real_per_step = comp["real_tokens_per_s"] * comp["s_per_step"]
@@ -145,6 +155,8 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
     extra = comp["warmup_s"] - exact["warmup_s"] * comp["warmup_steps"] / exact["warmup_steps"]
     return {
         "same_batches_speedup": fixed["s_per_step"] / comp["s_per_step"],
+        "compiler_speedup": ref["s_per_step"] / comp["s_per_step"],  # same kernels
+        "reference_kernels_speedup": fixed["s_per_step"] / ref["s_per_step"],  # uncompiled
         "real_tokens_speedup": gain,
         "repaid_after_steps": extra / saved if saved > 0 else None,
         "pays": gain > 1,
@@ -180,7 +192,10 @@ def report(result: dict[str, Any]) -> str:
         "fixed engines: the first batch of each shape).\n\n"
         + "\n".join(rows)
         + f"\n\ncompiled against eager on the same batches: **{v['same_batches_speedup']:.2f}x** "
-        f"(s/step); against the default eager run (exact shapes), real tokens/s: "
+        f"(s/step), of which the compiler (compiled against eager_reference, the same kernels): "
+        f"**{v['compiler_speedup']:.2f}x**, the reference kernels (eager_reference against "
+        f"eager_fixed): {v['reference_kernels_speedup']:.2f}x; "
+        f"against the default eager run (exact shapes), real tokens/s: "
         f"**{v['real_tokens_speedup']:.2f}x**: trainer.compile {pays} on this "
         f"{'GPU' if result['device'] == 'cuda' else 'CPU'}; its extra "
         f"warm-up {when}. eager_exact's timed steps are other batches than the fixed engines' "
