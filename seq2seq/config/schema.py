@@ -319,8 +319,9 @@ class TrainerConfig:
     # torch.compile the model for training; it runs on the plain-PyTorch kernels (trainer.kernels
     # is then taken as reference). With batch_shapes fixed (auto's choice with compile) it compiles
     # one graph per shape, each on its first step (the log gives those steps' seconds), and reuses
-    # them. On the CPUs measured it is slower than eager (AMD EPYC: 0.61x fp32, 0.53x bf16;
-    # docs/BENCHMARKS.md): check with `benchmarks/train_throughput.py --compile-vs-eager` first
+    # them. On the CPUs measured it is slower than eager (AMD EPYC: 0.47x fp32, 0.45x bf16: its
+    # kernels are the reference ones; docs/BENCHMARKS.md), faster on a GPU (H200: 1.65x bf16):
+    # check with `benchmarks/train_throughput.py --compile-vs-eager` first
     compile: bool = False
     compile_mode: CompileMode = CompileMode.default  # default | max_autotune (longer warm-up)
     # auto | exact | fixed. fixed pads every training batch to one of shape_buckets shapes: the
