@@ -32,6 +32,16 @@ MODES = {CompileMode.default: "default", CompileMode.max_autotune: "max-autotune
 PRECISIONS = 2  # graphs per shape: trainer.precision=auto steps in fp32 and in bf16
 
 
+# logged when trainer.compile is on for a CPU run: the advice of README.md's "Compiling the
+# training step"
+CPU_ADVICE = (
+    "trainer.compile on a CPU: the compiled step runs the plain-PyTorch kernels and was slower "
+    "than eager on every CPU measured so far (docs/BENCHMARKS.md, 'trainer.compile and fixed "
+    "batch shapes'); `python benchmarks/train_throughput.py --compile-vs-eager` measures this "
+    "machine, or set trainer.compile=false"
+)
+
+
 def compile_model(module: torch.nn.Module, buckets: ShapeBuckets | None, mode: CompileMode) -> Any:
     """`module` compiled by torch.compile in `mode`: with static shapes when the batches take
     the fixed shapes of `buckets`, Dynamo's graph limit raised to all of them; else (None) with

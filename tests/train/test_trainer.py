@@ -4,6 +4,7 @@ formula behind train/mfu, padding efficiency in the log, and trainer.compile."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from seq2seq.data.batching import Batch, collate
 from seq2seq.kernels import onednn
 from seq2seq.train.build import build_trainer
 from seq2seq.train.checkpoint import load_checkpoint
+from seq2seq.train.compiled import CPU_ADVICE
 from seq2seq.train.flops import (
     FlopCounter,
     Throughput,
@@ -308,6 +310,19 @@ def test_decoding_sees_the_weights_of_each_fused_step() -> None:
             torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias)
         layer(x).square().sum().backward()
         opt.step()
+
+
+def test_compile_on_a_cpu_warns_eager_does_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A CPU run with trainer.compile logs the advice (compile was slower there); an eager run
+    does not. Building the trainer compiles nothing yet (torch.compile is lazy)."""
+    for name, extra in (("eager", ()), ("compiled", ("trainer.compile=true",))):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="seq2seq.train.trainer"):
+            tiny_trainer(tmp_path / name, "trainer.device=cpu", *extra).close()
+        warned = [r for r in caplog.records if r.getMessage() == CPU_ADVICE]
+        assert len(warned) == (1 if name == "compiled" else 0), name
 
 
 @pytest.mark.slow  # torch.compile's first compilation takes ~30 s on 2 CPU cores
