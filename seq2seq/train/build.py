@@ -29,6 +29,7 @@ from seq2seq.data.tokenizer import tokenizer_from_state
 from seq2seq.kernels import resolve_device
 from seq2seq.model.transformer import build_model
 from seq2seq.train.checkpoint import CheckpointError, load_model_state
+from seq2seq.train.compiled import CPU_ADVICE
 from seq2seq.train.corpus import load_corpus
 from seq2seq.train.distributed import DistInfo, init_distributed
 from seq2seq.train.finetune import Source, adopt, load_source
@@ -111,6 +112,8 @@ def init_process(t: TrainerConfig, process: Process | None = None) -> Process:
     dist, device = process or init_distributed(resolve_device(t.device))
     # torch.compile fuses plain PyTorch itself and cannot lower our oneDNN calls
     mode = Kernels.reference if t.compile else t.kernels
+    if t.compile and device.type == "cpu":
+        log.warning(CPU_ADVICE)
     kernels.setup_process(device, training=True, mode=mode)
     return dist, device
 

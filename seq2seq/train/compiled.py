@@ -32,8 +32,8 @@ MODES = {CompileMode.default: "default", CompileMode.max_autotune: "max-autotune
 PRECISIONS = 2  # graphs per shape: trainer.precision=auto steps in fp32 and in bf16
 
 
-# logged when trainer.compile is on for a CPU run: the advice of README.md's "Compiling the
-# training step"
+# logged (train/build.py) when trainer.compile is on for a CPU run: the advice of README.md's
+# "Compiling the training step"
 CPU_ADVICE = (
     "trainer.compile on a CPU: the compiled step runs the plain-PyTorch kernels and was slower "
     "than eager on every CPU measured so far (docs/BENCHMARKS.md, 'trainer.compile and fixed "

@@ -44,7 +44,7 @@ from seq2seq.train.checkpoint import (
     rotate_checkpoints,
     save_checkpoint,
 )
-from seq2seq.train.compiled import CPU_ADVICE, WarmUp, compile_model
+from seq2seq.train.compiled import WarmUp, compile_model
 from seq2seq.train.corpus import Corpus, within_cap
 from seq2seq.train.distributed import DistInfo, NullWriter, all_reduce_sum, broadcast, shard
 from seq2seq.train.flops import FlopCounter, Throughput, peak_tflops
@@ -181,8 +181,6 @@ class Trainer:
             compile_model(self.ddp, buckets, t.compile_mode) if t.compile else self.ddp
         )
         self.warmup = WarmUp(t.compile)
-        if t.compile and self.device.type == "cpu":
-            log.warning(CPU_ADVICE)
 
     def grad_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
         """Under DDP, gradients are all-reduced only on the last backward of a step."""

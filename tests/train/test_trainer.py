@@ -319,7 +319,7 @@ def test_compile_on_a_cpu_warns_eager_does_not(
     does not. Building the trainer compiles nothing yet (torch.compile is lazy)."""
     for name, extra in (("eager", ()), ("compiled", ("trainer.compile=true",))):
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="seq2seq.train.trainer"):
+        with caplog.at_level(logging.WARNING, logger="seq2seq.train.build"):
             tiny_trainer(tmp_path / name, "trainer.device=cpu", *extra).close()
         warned = [r for r in caplog.records if r.getMessage() == CPU_ADVICE]
         assert len(warned) == (1 if name == "compiled" else 0), name
