@@ -5,6 +5,7 @@ post-norm, shared and separate embeddings, tied and untied outputs); the rest is
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -188,7 +189,9 @@ def test_int8_export_reports_its_agreement(run: Path) -> None:
     assert exact is not None
     assert 0 <= check.identical <= check.sentences == 20
     assert check.bleu_ours == exact.bleu_ours  # our side is the model as it was
-    assert 0 < check.max_logprob_diff < 1.0  # int8 moves the log-probabilities a little
+    # int8 moves the log-probabilities, by far more than float32's export does; how far depends
+    # on the CPU's int8 kernels (1.5 on an AVX2-only AMD EPYC, under 1 with VNNI), so no bound
+    assert exact.max_logprob_diff < 1e-4 < check.max_logprob_diff < math.inf
     assert json.loads((out / "config.json").read_text())  # CTranslate2's own config
     manifest = json.loads((out / "seq2seq_export.json").read_text())
     assert manifest["quantization"] == "int8"
