@@ -16,6 +16,7 @@
                                                 gradients always take F.linear (cpu.py)
     set_products(name), products()              where they run from now on ("onednn", "aten")
     time_alternating(candidates, run, rounds)   median seconds of each, alternating (timing.py)
+    time_product_dtypes(shapes, dtypes, rounds) products timed in each dtype (bf16 vs float32)
 
 Two modes (trainer.kernels):
 - auto (the default): CPU tensors take the fast CPU kernels (cpu.py: oneDNN linears with
@@ -57,7 +58,7 @@ from seq2seq.kernels.onednn import (
     time_products,
 )
 from seq2seq.kernels.reference import Values, attention_mask, key_bias
-from seq2seq.kernels.timing import time_alternating
+from seq2seq.kernels.timing import time_alternating, time_product_dtypes
 
 MODES = ("auto", "reference")
 _mode = "auto"
@@ -248,6 +249,7 @@ __all__ = [
     "set_products",
     "setup_process",
     "time_alternating",
+    "time_product_dtypes",
     "time_products",
     "topk",
     "use",

@@ -6,7 +6,10 @@ AMX it is slower than fp32 (docs/BENCHMARKS.md names the CPUs). On a GPU it depe
 a small one is bound by kernel launches, and bf16's casts make its step slower than fp32's (on an
 H200 the benchmark's d=256 model stepped in 0.017 s in fp32 and 0.031 s in bf16), while a large
 one gains bf16's tensor cores. So on a CPU and on a CUDA GPU with bf16 the choice is timed on the
-run's own model and batches before training.
+run's own model and batches before training. On a CPU, the model's products are timed in both
+dtypes first (milliseconds): where bf16's are clearly slower (a CPU without bf16 instructions
+emulates them, ~20x slower, and a bf16 step there took 69 s against fp32's 3.2), no bf16 step
+could win, and none is timed.
 
 Where float32 products run on a CPU (oneDNN or ATen's MKL) depends on the CPU too: before the
 precision is timed, `resolve_products` times both on the model's own shapes and keeps the faster.
@@ -30,6 +33,9 @@ log = logging.getLogger(__name__)
 
 CANDIDATES = (Precision.fp32, Precision.bf16)  # what auto chooses between where it times
 TIMED_ROUNDS = 3  # timed steps per candidate, after one untimed warm-up step each
+BF16_MARGIN = 1.25  # bf16 steps are timed only where bf16 products take <= this x fp32's
+DTYPE_PROBE_ROWS = 512  # rows of the products timed in both dtypes (bf16's may be ~20x slower)
+DTYPES = {Precision.fp32: torch.float32, Precision.bf16: torch.bfloat16}
 
 
 def time_precisions(
@@ -56,6 +62,13 @@ def device_default(device: torch.device) -> Precision | None:
     return Precision.fp32
 
 
+def bf16_may_pay(times: dict[Precision, float]) -> bool:
+    """Whether a bf16 step could beat fp32's, from the seconds of the model's products in each:
+    autocast makes the products alone faster, so not where bf16's take more than BF16_MARGIN
+    times float32's (ties, such as a clock that did not move, are timed)."""
+    return times[Precision.bf16] <= BF16_MARGIN * times[Precision.fp32]
+
+
 def where(device: torch.device) -> str:
     """The timed device as the log names it."""
     return "this CPU" if device.type == "cpu" else "this GPU"
@@ -66,11 +79,13 @@ def resolve(
     resumed: str,
     device: torch.device,
     timing: Callable[[], dict[Precision, float]],
+    products: Callable[[], dict[Precision, float]] | None = None,
 ) -> tuple[Precision, dict[str, float]]:
     """The precision to train in, and auto's step times where it timed them (else {}): `asked`
     unless it is auto; auto keeps a resumed run's choice (`resumed`, "" for a new run), takes
-    device_default where there is one, and else calls `timing` and keeps the faster (rank 0's
-    choice binds every rank)."""
+    device_default where there is one, takes fp32 on a CPU where `products` (the model's
+    products timed in each precision) says bf16 cannot pay, and else calls `timing` and keeps
+    the faster (rank 0's choices bind every rank)."""
     if asked != Precision.auto:
         return asked, {}
     if resumed:
@@ -80,6 +95,17 @@ def resolve(
     if chosen is not None:
         log.info("precision auto: %s on %s", chosen.value, device)
         return chosen, {}
+    if device.type == "cpu" and products is not None:
+        seconds = products()
+        if not broadcast(bf16_may_pay(seconds)):
+            shown = ", ".join(f"{p.value} {s * 1e3:.1f} ms" for p, s in seconds.items())
+            log.info(
+                "precision auto: fp32 on this CPU (the model's products: %s; bf16 steps not "
+                "timed: their products take more than %.2fx fp32's)",
+                shown,
+                BF16_MARGIN,
+            )
+            return Precision.fp32, {}
     times = {p.value: s for p, s in timing().items()}
     chosen = broadcast(faster({Precision(p): s for p, s in times.items()}))
     shown = ", ".join(f"{p} {s:.4f}" for p, s in times.items())
@@ -88,8 +114,9 @@ def resolve(
 
 
 # the model's shapes -> the backend chosen for them: once a process, so that every run of one
-# process (a sweep's, a test suite's) computes alike
+# process (a sweep's, a test suite's) computes alike; likewise their times in each precision
 _PRODUCTS: dict[tuple[tuple[int, int, int], ...], tuple[str, dict[str, float]]] = {}
+_DTYPE_TIMES: dict[tuple[tuple[int, int, int], ...], dict[Precision, float]] = {}
 LOSS_ROWS = 256  # rows the output layer multiplies at a time (kernels/loss.py's chunks)
 PROBE_ROWS = 4096  # at most this many rows timed (a large model's batch would take seconds)
 
@@ -105,6 +132,16 @@ def product_shapes(cfg: TrainConfig, vocab: int) -> tuple[tuple[int, int, int], 
         (rows, cfg.model.d_ff, d),
         (LOSS_ROWS, d, vocab),
     )
+
+
+def dtype_times(cfg: TrainConfig, vocab: int) -> dict[Precision, float]:
+    """Seconds of the model's products (product_shapes, at most DTYPE_PROBE_ROWS rows) in fp32
+    and in bf16 on this CPU (kernels.time_product_dtypes), measured once a process for them."""
+    shapes = tuple((min(rows, DTYPE_PROBE_ROWS), k, n) for rows, k, n in product_shapes(cfg, vocab))
+    if shapes not in _DTYPE_TIMES:
+        times = kernels.time_product_dtypes(shapes, list(DTYPES.values()), TIMED_ROUNDS)
+        _DTYPE_TIMES[shapes] = {p: times[dtype] for p, dtype in DTYPES.items()}
+    return _DTYPE_TIMES[shapes]
 
 
 def resolve_products(

@@ -22,6 +22,7 @@ import math
 import signal
 import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,13 @@ from seq2seq.train.corpus import Corpus, within_cap
 from seq2seq.train.distributed import DistInfo, NullWriter, all_reduce_sum, broadcast, shard
 from seq2seq.train.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.train.interrupt import StopSignals, TrainingInterrupted
-from seq2seq.train.precision import no_trace, resolve, resolve_products, time_precisions
+from seq2seq.train.precision import (
+    dtype_times,
+    no_trace,
+    resolve,
+    resolve_products,
+    time_precisions,
+)
 from seq2seq.train.progress import Progress
 from seq2seq.train.resume import Resume, ResumeError
 from seq2seq.train.steplog import LOG_NAME, StepLog
@@ -121,8 +128,9 @@ class Trainer:
             cfg, self.tgt_tok.vocab_size, self.state.products, self.device
         )
         self.state.products = self.products
+        products = partial(dtype_times, cfg, self.tgt_tok.vocab_size)  # each precision's
         self.precision, self.precision_times = resolve(
-            t.precision, self.state.precision, self.device, self.time_precisions
+            t.precision, self.state.precision, self.device, self.time_precisions, products
         )
         self.state.precision = self.precision.value
         self.open_meters()

@@ -19,15 +19,29 @@ from seq2seq.kernels import onednn, timing
 from seq2seq.train.build import build_trainer
 from seq2seq.train.checkpoint import load_checkpoint
 from seq2seq.train.precision import (
+    BF16_MARGIN,
     CANDIDATES,
+    DTYPE_PROBE_ROWS,
     TIMED_ROUNDS,
+    bf16_may_pay,
     device_default,
+    dtype_times,
     faster,
+    product_shapes,
     resolve,
     time_precisions,
 )
 from seq2seq.train.trainer import Trainer
 from tests.tiny_run import compose_train, tiny_overrides, write_slice
+
+
+@pytest.fixture(autouse=True)
+def even_products(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model's products take as long in bf16 as in fp32 (scripted, not this CPU's), so that
+    auto times its steps on every CPU; tests of the products check set their own."""
+    monkeypatch.setattr(seq2seq.train.precision, "_DTYPE_TIMES", {})
+    even = {torch.float32: 0.001, torch.bfloat16: 0.001}
+    monkeypatch.setattr(seq2seq.kernels, "time_product_dtypes", lambda shapes, dtypes, r: even)
 
 
 def auto_trainer(tmp_path: Path, precision: str = "auto", more: list[str] | None = None) -> Trainer:
@@ -255,3 +269,83 @@ def test_product_shapes_cap_the_rows_timed() -> None:
         (rows, 128, 64),
         (256, 64, 100),
     )
+
+
+def test_bf16_may_pay_only_where_its_products_are_not_clearly_slower() -> None:
+    fp32 = 0.010
+    for bf16, pays in ((0.005, True), (BF16_MARGIN * fp32, True), (0.013, False), (0.2, False)):
+        assert bf16_may_pay({Precision.fp32: fp32, Precision.bf16: bf16}) == pays, bf16
+    assert bf16_may_pay({Precision.fp32: 0.0, Precision.bf16: 0.0})  # a clock that stood still
+
+
+def test_auto_times_no_bf16_step_where_bf16_products_are_slow(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Catches timing bf16 steps on a CPU that emulates bf16 (minutes there: 69 s a step against
+    fp32's 3.2 on an AVX2-only AMD EPYC), skipping them where bf16 might win, or checking the
+    products on a GPU."""
+    slow = {Precision.fp32: 0.010, Precision.bf16: 0.200}
+    untimed = lambda: pytest.fail("bf16 steps timed")  # noqa: E731
+    with caplog.at_level(logging.INFO, logger="seq2seq"):
+        got = resolve(Precision.auto, "", torch.device("cpu"), untimed, lambda: slow)
+    assert got == (Precision.fp32, {})
+    lines = [r.getMessage() for r in caplog.records if "precision auto" in r.getMessage()]
+    assert lines == [
+        "precision auto: fp32 on this CPU (the model's products: fp32 10.0 ms, bf16 200.0 ms; "
+        f"bf16 steps not timed: their products take more than {BF16_MARGIN:.2f}x fp32's)"
+    ]
+    close = {Precision.fp32: 0.010, Precision.bf16: 0.011}
+    steps = {Precision.fp32: 2.0, Precision.bf16: 1.0}
+    got = resolve(Precision.auto, "", torch.device("cpu"), lambda: steps, lambda: close)
+    assert got == (Precision.bf16, {"fp32": 2.0, "bf16": 1.0})
+    no_check = lambda: pytest.fail("products checked")  # noqa: E731
+    for device in ("meta", "cpu"):  # asked for fp32 / resumed: no check either
+        asked = Precision.auto if device == "meta" else Precision.fp32
+        assert resolve(asked, "", torch.device(device), untimed, no_check)[0] == Precision.fp32
+    assert resolve(Precision.auto, "bf16", torch.device("cpu"), untimed, no_check)[0] == (
+        Precision.bf16
+    )
+
+
+def test_a_cpu_run_checks_its_own_products_once_a_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The products checked are the model's (rows capped at DTYPE_PROBE_ROWS), in fp32 and
+    bf16, timed once a process; where bf16's are slow the run trains in fp32 untimed."""
+    calls: list[tuple] = []
+
+    def time_product_dtypes(shapes: tuple, dtypes: list, rounds: int) -> dict:
+        calls.append((shapes, tuple(dtypes), rounds))
+        return {torch.float32: 0.001, torch.bfloat16: 0.020}
+
+    monkeypatch.setattr(seq2seq.kernels, "time_product_dtypes", time_product_dtypes)
+    monkeypatch.setattr(Trainer, "time_precisions", lambda self: pytest.fail("steps timed"))
+    for name in ("a", "b"):
+        trainer = auto_trainer(tmp_path / name)
+        trainer.close()
+        assert (trainer.precision, trainer.precision_times) == (Precision.fp32, {})
+    cfg, vocab = trainer.cfg, trainer.tgt_tok.vocab_size
+    shapes = tuple((min(r, DTYPE_PROBE_ROWS), k, n) for r, k, n in product_shapes(cfg, vocab))
+    assert calls == [(shapes, (torch.float32, torch.bfloat16), TIMED_ROUNDS)]
+    assert dtype_times(cfg, vocab) == {Precision.fp32: 0.001, Precision.bf16: 0.020}
+
+
+def test_time_product_dtypes_times_each_dtype_alternating(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real products on a scripted clock: each dtype's forward and both gradients, alternating
+    after an untimed round; the median of its rounds."""
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+    seen: list[torch.dtype] = []
+    original = torch.nn.functional.linear
+
+    def linear(x: torch.Tensor, weight: torch.Tensor, bias: None = None) -> torch.Tensor:
+        assert x.dtype == weight.dtype
+        seen.append(x.dtype)
+        clock.now += 1.0 if x.dtype == torch.float32 else 3.0
+        return original(x, weight, bias)
+
+    monkeypatch.setattr(timing.F, "linear", linear)
+    dtypes = [torch.float32, torch.bfloat16]
+    times = timing.time_product_dtypes([(4, 8, 16), (4, 16, 8)], dtypes, rounds=2)
+    assert times == {torch.float32: 2.0, torch.bfloat16: 6.0}  # two shapes a round
+    assert seen == [d for _ in range(3) for d in dtypes for _ in range(2)]
