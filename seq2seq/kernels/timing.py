@@ -36,7 +36,7 @@ def time_product_dtypes(
     """Median seconds, per dtype, of a linear layer's forward and both gradients on ATen (what
     autocast runs) for each (rows, in, out) of `shapes`, alternating after an untimed round.
     Whether bf16 products are faster than float32's depends on the CPU: without bf16
-    instructions they are emulated, ~20x slower (docs/BENCHMARKS.md names the CPU)."""
+    instructions they are emulated: 25x slower on one AMD EPYC (docs/BENCHMARKS.md names it)."""
     gen = torch.Generator().manual_seed(0)
     operands = {
         dtype: [

@@ -8,8 +8,8 @@ H200 the benchmark's d=256 model stepped in 0.017 s in fp32 and 0.031 s in bf16)
 one gains bf16's tensor cores. So on a CPU and on a CUDA GPU with bf16 the choice is timed on the
 run's own model and batches before training. On a CPU, the model's products are timed in both
 dtypes first (milliseconds): where bf16's are clearly slower (a CPU without bf16 instructions
-emulates them, ~20x slower, and a bf16 step there took 69 s against fp32's 3.2), no bf16 step
-could win, and none is timed.
+emulates them: on an AVX2-only AMD EPYC, docs/BENCHMARKS.md, 25x slower, and a bf16 step took 69 s
+against fp32's 3.2), no bf16 step could win, and none is timed.
 
 Where float32 products run on a CPU (oneDNN or ATen's MKL) depends on the CPU too: before the
 precision is timed, `resolve_products` times both on the model's own shapes and keeps the faster.
