@@ -11,12 +11,12 @@
     setup_process(device, training, mode)       process-wide settings, once at start-up
     resolve_device(name)                        'auto', 'cpu', 'cuda:N' -> a device that exists
     time_products(shapes), faster_products(t)  float32 CPU products timed on oneDNN and on ATen
+    time_product_dtypes(shapes, dtypes, rounds) the same products timed in each dtype (bf16, fp32)
     product_backends()                          the backends this torch can run them on
     SMALL_ROWS                                  products of at most this many rows without
                                                 gradients always take F.linear (cpu.py)
     set_products(name), products()              where they run from now on ("onednn", "aten")
     time_alternating(candidates, run, rounds)   median seconds of each, alternating (timing.py)
-    time_product_dtypes(shapes, dtypes, rounds) products timed in each dtype (bf16 vs float32)
 
 Two modes (trainer.kernels):
 - auto (the default): CPU tensors take the fast CPU kernels (cpu.py: oneDNN linears with
@@ -55,10 +55,11 @@ from seq2seq.kernels.onednn import (
     product_backends,
     products,
     set_products,
+    time_product_dtypes,
     time_products,
 )
 from seq2seq.kernels.reference import Values, attention_mask, key_bias
-from seq2seq.kernels.timing import time_alternating, time_product_dtypes
+from seq2seq.kernels.timing import time_alternating
 
 MODES = ("auto", "reference")
 _mode = "auto"

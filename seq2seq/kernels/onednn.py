@@ -225,18 +225,37 @@ def time_products(
     them (oneDNN) and as F.linear does (ATen), alternating after an untimed round
     (timing.time_alternating)."""
     names = product_backends()
+    operands = _product_operands(shapes, torch.float32)
+    with torch.enable_grad():
+        return time_alternating(names, lambda name, _: _train_products(operands, name), rounds)
+
+
+def time_product_dtypes(
+    shapes: Sequence[tuple[int, int, int]], dtypes: Sequence[torch.dtype], rounds: int
+) -> dict[torch.dtype, float]:
+    """Median seconds, per dtype, of the same training products on ATen (what autocast runs),
+    alternating after an untimed round. Whether bf16 products are faster than float32's depends
+    on the CPU: without bf16 instructions they are emulated: 25x slower on one AMD EPYC
+    (docs/BENCHMARKS.md names it)."""
+    operands = {dtype: _product_operands(shapes, dtype) for dtype in dtypes}
+    with torch.enable_grad():
+        return time_alternating(dtypes, lambda d, _: _train_products(operands[d], "aten"), rounds)
+
+
+def _product_operands(
+    shapes: Sequence[tuple[int, int, int]], dtype: torch.dtype
+) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """Seeded operands of a linear layer's products for each (rows, in, out), in `dtype`."""
     gen = torch.Generator().manual_seed(0)
-    operands = [
+    return [
         (
-            torch.randn(rows, k, generator=gen).requires_grad_(),  # (M, K)
-            (torch.randn(n, k, generator=gen) / k**0.5).requires_grad_(),  # (N, K)
-            torch.zeros(n, requires_grad=True),  # (N,)
-            torch.randn(rows, n, generator=gen),  # (M, N) the output's gradient
+            torch.randn(rows, k, generator=gen).to(dtype).requires_grad_(),  # (M, K)
+            (torch.randn(n, k, generator=gen) / k**0.5).to(dtype).requires_grad_(),  # (N, K)
+            torch.zeros(n, dtype=dtype, requires_grad=True),  # (N,)
+            torch.randn(rows, n, generator=gen).to(dtype),  # (M, N) the output's gradient
         )
         for rows, k, n in shapes
     ]
-    with torch.enable_grad():
-        return time_alternating(names, lambda name, _: _train_products(operands, name), rounds)
 
 
 def product_backends() -> tuple[str, ...]:

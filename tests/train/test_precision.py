@@ -338,14 +338,14 @@ def test_time_product_dtypes_times_each_dtype_alternating(monkeypatch: pytest.Mo
     seen: list[torch.dtype] = []
     original = torch.nn.functional.linear
 
-    def linear(x: torch.Tensor, weight: torch.Tensor, bias: None = None) -> torch.Tensor:
+    def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         assert x.dtype == weight.dtype
         seen.append(x.dtype)
         clock.now += 1.0 if x.dtype == torch.float32 else 3.0
         return original(x, weight, bias)
 
-    monkeypatch.setattr(timing.F, "linear", linear)
+    monkeypatch.setattr(onednn.F, "linear", linear)
     dtypes = [torch.float32, torch.bfloat16]
-    times = timing.time_product_dtypes([(4, 8, 16), (4, 16, 8)], dtypes, rounds=2)
+    times = onednn.time_product_dtypes([(4, 8, 16), (4, 16, 8)], dtypes, rounds=2)
     assert times == {torch.float32: 2.0, torch.bfloat16: 6.0}  # two shapes a round
     assert seen == [d for _ in range(3) for d in dtypes for _ in range(2)]
