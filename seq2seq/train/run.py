@@ -39,7 +39,7 @@ from seq2seq.train.resume import (
     record_overrides,
 )
 from seq2seq.train.rundir import RunLock, check_free_space, check_writable
-from seq2seq.train.testing import score_checkpoint
+from seq2seq.train.testing import choose_checkpoint, score_checkpoint, validate_checkpoint
 from seq2seq.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -138,12 +138,19 @@ def train(
     summary["minutes"] = (time.monotonic() - start) / 60
     summary["machine"] = describe()  # the times and speeds above hold for this CPU
     write_results(cfg, run_dir, summary)
-    print(f"checkpoints: {trainer.ckpt_dir}\ntensorboard: tensorboard --logdir {run_dir / 'tb'}")
+    print_summary(trainer.ckpt_dir, run_dir / "tb", summary)
+    test: dict[str, dict[str, object]] = summary["test"]
+    return test
+
+
+def print_summary(ckpt_dir: Path, tb_dir: Path, summary: dict[str, Any]) -> None:
+    """Where the run's files are, its test BLEU, and the model chosen on the validation set."""
+    print(f"checkpoints: {ckpt_dir}\ntensorboard: tensorboard --logdir {tb_dir}")
     for tag, results in (("", summary["test"]), (" averaged", summary.get("test_average", {}))):
         for name, scores in results.items():
             print(f"test BLEU ({name}{tag}): {scores['bleu']:.2f}")
-    test: dict[str, dict[str, object]] = summary["test"]
-    return test
+    if "chosen" in summary:
+        print(f"the run's model, chosen on the validation set: {summary['chosen']['checkpoint']}")
 
 
 def write_results(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any]) -> None:
@@ -182,6 +189,8 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
         summary["length"] = length
     if trainer.cfg.trainer.average_last:
         average, sources = average_last(trainer.ckpt_dir, trainer.cfg.trainer.average_last)
+        summary["valid_average"] = validate_checkpoint(trainer, average)
+        summary["chosen"] = choose_checkpoint(s, summary["valid_average"])
         summary["test_average"], length = score_checkpoint(trainer, average, ".average")
         summary["averaged"] = [p.name for p in sources]
         if length is not None:

@@ -1,4 +1,5 @@
-"""Scoring a trained checkpoint on the run's test splits, as seq2seq.train.run does at the end.
+"""Scoring a trained checkpoint on the run's test splits, as seq2seq.train.run does at the end,
+and choosing the run's model: best.pt or the averaged checkpoint, by the validation set.
 
 Every test split is translated with the run's decoding settings, written to {split}{tag}.hyp and
 scored with sacreBLEU (BLEU, chrF, TER; case-insensitive BLEU too). With a length cap
@@ -9,14 +10,16 @@ source-token bucket and on the "long" split (evaluation.scoring.length_generaliz
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
-from seq2seq.config.schema import length_cap
+from seq2seq.config.schema import BestMetric, length_cap
 from seq2seq.decode.search import translate_ids
 from seq2seq.evaluation.scoring import format_scores, length_generalization, score
-from seq2seq.train.checkpoint import load_checkpoint, load_model_state
+from seq2seq.train.checkpoint import TrainState, load_checkpoint, load_model_state
 from seq2seq.train.trainer import Trainer
+from seq2seq.train.validation import format_valid, improves
 
 log = logging.getLogger(__name__)
 
@@ -51,3 +54,31 @@ def score_checkpoint(
     length = {"splits": list(cfg.data.test), **length_generalization(lens, hyps, refs, cap)}
     log.info("by source tokens [%s]: %s", path.name, length)
     return results, length
+
+
+def validate_checkpoint(trainer: Trainer, path: Path) -> dict[str, float]:
+    """Checkpoint `path`'s validation metrics, measured as training measures best.pt's (loaded
+    into the trainer's model)."""
+    load_model_state(trainer.model, load_checkpoint(path, trainer.device)["model"], path)
+    return trainer.validate()
+
+
+def choose_checkpoint(state: TrainState, average: dict[str, float]) -> dict[str, Any]:
+    """The run's model: average.pt where its validation is strictly better than best.pt's by
+    trainer.best_metric, else best.pt. The test sets choose nothing. An average can lose: a run
+    stopped early (time cap, patience) averages checkpoints reaching back to barely trained ones.
+    """
+    metric = BestMetric(state.best_metric)
+    best = state.best_score
+    value = average[metric.value]
+    chosen = "average.pt" if best is not None and improves(value, best, metric) else "best.pt"
+    level = logging.WARNING if chosen == "best.pt" else logging.INFO
+    log.log(
+        level,
+        "chosen on the validation set: %s (average.pt: %s; best.pt, step %d: %s)",
+        chosen,
+        format_valid({metric.value: value}),
+        state.best_step,
+        format_valid({metric.value: math.nan if best is None else best}),
+    )
+    return {"checkpoint": chosen, "metric": metric.value, "best": best, "average": value}

@@ -71,15 +71,21 @@ LABELS = {"loss": "loss", "ppl": "ppl", "bleu": "BLEU", "chrf": "chrF", "ter": "
 def update_best(state: TrainState, metrics: dict[str, float], metric: BestMetric) -> bool:
     """Record a validation in `state`: the new best (True) when `metric` strictly improved on
     the best so far (or is the first), else one more stale validation (early stopping)."""
-    value, best = metrics[metric.value], state.best_score
-    lower = LOWER_IS_BETTER[metric]
-    improved = best is None or (value < best if lower else value > best)
+    value = metrics[metric.value]
+    improved = improves(value, state.best_score, metric)
     if improved:
         state.best_score, state.best_step, state.stale_validations = value, state.step, 0
         state.best_valid = dict(metrics)
     else:
         state.stale_validations += 1
     return improved
+
+
+def improves(value: float, best: float | None, metric: BestMetric) -> bool:
+    """`value` of `metric` is strictly better than `best` (None: nothing to beat)."""
+    if best is None:
+        return True
+    return value < best if LOWER_IS_BETTER[metric] else value > best
 
 
 def gain(metric: BestMetric) -> str:

@@ -43,6 +43,7 @@ from seq2seq.train.corpus import load_corpus
 from seq2seq.train.run import train
 from seq2seq.train.rundir import RunDirError
 from seq2seq.train.steplog import LOG_NAME, read_step_log
+from seq2seq.train.testing import validate_checkpoint
 from seq2seq.train.trainer import NonFiniteLossError, Trainer
 from tests.tiny_run import (
     REPO,
@@ -102,6 +103,32 @@ def test_average_last_scores_best_and_average(averaged_run: Path) -> None:
     assert any(not torch.equal(average[k], last[k]) for k in last)
     hyps = (averaged_run / "test.average.hyp").read_text(encoding="utf-8").splitlines()
     assert len(hyps) == 20
+
+
+def test_average_last_validates_the_average_and_chooses_on_valid(
+    averaged_run: Path, root: Path, tmp_path: Path
+) -> None:
+    """results.json holds average.pt's validation, measured as best.pt's was in training, and
+    the model chosen by it (best_metric BLEU; best.pt on a tie)."""
+    ckpts = averaged_run / "checkpoints"
+    summary = json.loads((averaged_run / "results.json").read_text())
+    (tmp_path / "check").mkdir()
+    trainer = build_trainer(compose_train(overrides(root)), tmp_path / "check")
+    try:
+        average = validate_checkpoint(trainer, ckpts / "average.pt")
+        best = validate_checkpoint(trainer, ckpts / "best.pt")
+    finally:
+        trainer.close()
+    assert summary["valid_average"] == pytest.approx(average)
+    assert {k: summary["best_valid"][k] for k in best} == pytest.approx(best)
+    assert average["loss"] != pytest.approx(best["loss"])  # two models, two measurements
+    chosen = "average.pt" if average["bleu"] > best["bleu"] else "best.pt"
+    assert summary["chosen"] == {
+        "checkpoint": chosen,
+        "metric": "bleu",
+        "best": summary["best_valid"]["bleu"],
+        "average": average["bleu"],
+    }
 
 
 def test_average_last_must_be_kept(root: Path) -> None:
