@@ -29,7 +29,7 @@ from common import command, multi30k_root, update_doc, write_json
 
 from seq2seq.config.schema import Precision, TrainConfig
 from seq2seq.train.flops import cpu_peak_tflops
-from seq2seq.train.trainer import DTYPES
+from seq2seq.train.precision import DTYPES
 
 LINEAR = "mkldnn::_linear_pointwise"  # seq2seq/kernels/onednn.py's float32 products: X @ W.T
 MATMULS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", LINEAR)

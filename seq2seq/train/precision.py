@@ -35,7 +35,12 @@ CANDIDATES = (Precision.fp32, Precision.bf16)  # what auto chooses between where
 TIMED_ROUNDS = 3  # timed steps per candidate, after one untimed warm-up step each
 BF16_MARGIN = 1.25  # bf16 steps are timed only where bf16 products take <= this x fp32's
 DTYPE_PROBE_ROWS = 512  # rows of the products timed in both dtypes (bf16's may be ~20x slower)
-DTYPES = {Precision.fp32: torch.float32, Precision.bf16: torch.bfloat16}
+# the dtype each trainer.precision computes its matmuls in (autocast's, and for the MFU's peak)
+DTYPES = {
+    Precision.fp32: torch.float32,
+    Precision.bf16: torch.bfloat16,
+    Precision.fp16: torch.float16,
+}
 
 
 def time_precisions(
@@ -139,8 +144,9 @@ def dtype_times(cfg: TrainConfig, vocab: int) -> dict[Precision, float]:
     and in bf16 on this CPU (kernels.time_product_dtypes), measured once a process for them."""
     shapes = tuple((min(rows, DTYPE_PROBE_ROWS), k, n) for rows, k, n in product_shapes(cfg, vocab))
     if shapes not in _DTYPE_TIMES:
-        times = kernels.time_product_dtypes(shapes, list(DTYPES.values()), TIMED_ROUNDS)
-        _DTYPE_TIMES[shapes] = {p: times[dtype] for p, dtype in DTYPES.items()}
+        dtypes = [DTYPES[p] for p in CANDIDATES]
+        times = kernels.time_product_dtypes(shapes, dtypes, TIMED_ROUNDS)
+        _DTYPE_TIMES[shapes] = {p: times[DTYPES[p]] for p in CANDIDATES}
     return _DTYPE_TIMES[shapes]
 
 

@@ -27,6 +27,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def state_fields(state: object, names: tuple[str, ...]) -> dict[str, Any]:
+    """The named fields of a run's state (a TrainState), for a record."""
+    return {name: getattr(state, name) for name in names}
+
+
 class StepLog:
     """`train_log.jsonl`: one JSON record a line, flushed as written."""
 

@@ -4,9 +4,9 @@ fit():  until a stop condition (max_steps, max_epochs, early stopping, max_minut
 for each group of batches:
     train_step (teacher forcing, label-smoothed loss, clip, AdamW, the lr schedule; a step with
     a non-finite loss or gradient is skipped and counted)
-    every valid_every steps: validate (loss, ppl, greedy BLEU/chrF/TER), early stopping on
+    every valid_every steps: validate (loss, ppl, greedy BLEU/chrF), early stopping on
     trainer.best_metric, save last/best
-test(): score a checkpoint on the test splits. restore(): continue exactly from a checkpoint.
+restore(): continue exactly from a checkpoint. Testing is train/testing.py's.
 docs/RELIABILITY.md lists how every fault is handled.
 
 A Trainer is built from objects: a model, its optimizer and schedule, and a corpus.Corpus (the
@@ -51,6 +51,7 @@ from seq2seq.train.distributed import DistInfo, NullWriter, all_reduce_sum, broa
 from seq2seq.train.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.train.interrupt import StopSignals, TrainingInterrupted
 from seq2seq.train.precision import (
+    DTYPES,
     dtype_times,
     no_trace,
     resolve,
@@ -59,7 +60,7 @@ from seq2seq.train.precision import (
 )
 from seq2seq.train.progress import Progress
 from seq2seq.train.resume import Resume, ResumeError
-from seq2seq.train.steplog import LOG_NAME, StepLog
+from seq2seq.train.steplog import LOG_NAME, StepLog, state_fields
 from seq2seq.train.validation import (
     Window,
     format_best,
@@ -71,17 +72,6 @@ from seq2seq.train.validation import (
 )
 
 log = logging.getLogger(__name__)
-# the dtype each trainer.precision computes its matmuls in (autocast's, and for the MFU's peak)
-DTYPES = {
-    Precision.fp32: torch.float32,
-    Precision.bf16: torch.bfloat16,
-    Precision.fp16: torch.float16,
-}
-
-
-def state_fields(state: TrainState, names: tuple[str, ...]) -> dict[str, Any]:
-    """The named fields of a TrainState, for a train_log.jsonl record."""
-    return {name: getattr(state, name) for name in names}
 
 
 class NonFiniteLossError(UserError, RuntimeError):
