@@ -9,7 +9,8 @@ int8), against our own searches, text in and text out, on the same sentences.
    each export's self-check (greedy agreement with ours on the validation split, BLEU of both)
    is recorded.
 2. Decodes the first --sentences lines of --split with beam 5 and greedily in each engine, each
-   run in its own process, the repeats alternating the order: ours (seq2seq.Translator, the
+   run in its own process, the repeats alternating the order, every engine with one stopping rule
+   (EOS, or MAX_LENGTH tokens): ours (seq2seq.Translator, the
    checkpoint's length penalty), CTranslate2 float32 and int8 (SentencePiece in,
    translate_batch, SentencePiece out; the same beam, batch size and length penalty), and ours
    with int8 linear layers (ours_int8: seq2seq-translate quantize=int8).
@@ -40,6 +41,7 @@ from common import multi30k_root, peak_rss_mb, run_json, split_file, update_doc,
 HERE = Path(__file__).resolve().parent
 SEARCHES = {"beam5": 5, "greedy": 1}  # beam size of each search
 BATCH = 64  # sentences a batch, every engine
+MAX_LENGTH = 256  # output tokens at most, every engine (CTranslate2's max_decoding_length)
 ENGINES = ("ours", "ct2_float32", "ct2_int8")
 # CTranslate2's GEMM backend, CT2_USE_MKL: 0 oneDNN, 1 MKL; unset, it takes MKL on Intel CPUs
 # only (its backend.cc). Every CTranslate2 engine runs with each, in a process of its own.
@@ -78,8 +80,10 @@ def ours_decoder(inputs: dict[str, Any], beam: int, quantize: str) -> Any:
     torch.set_num_threads(inputs["threads"])
     translator = Translator.from_checkpoint(inputs["ckpt"], device="cpu", quantize=quantize)
     method = "beam" if beam > 1 else "greedy"
+    # CTranslate2's stopping rule: one length limit for every sentence (it has no a * |src| + b)
+    limit = inputs["max_decoding_length"]
     return lambda texts: translator.translate(
-        texts, method=method, beam_size=beam, batch_size=BATCH
+        texts, method=method, beam_size=beam, batch_size=BATCH, max_len_a=0.0, max_len_b=limit
     )
 
 
@@ -148,7 +152,10 @@ def inputs_for(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "folders": {f"ct2_{q}": str(work / f"ct2_{q}") for q in ("float32", "int8")},
         # ours: score / length^alpha ("average") or none; CTranslate2's length_penalty is alpha
         "length_penalty": d.alpha if d.length_penalty == LengthPenaltyKind.average else 0.0,
-        "max_decoding_length": 256,
+        # both engines' stopping rule (ours: max_len_a=0, max_len_b=this): with our default
+        # a * |src| + b, a sentence that never emits EOS stopped at ~1.5x its source in ours and
+        # ran on to 256 tokens in CTranslate2, different work behind one ratio
+        "max_decoding_length": MAX_LENGTH,
         "decode": {"length_penalty": d.length_penalty.value, "alpha": d.alpha},
     }
 
@@ -252,8 +259,9 @@ def report(args: argparse.Namespace, result: dict[str, Any], checks: dict[str, A
     lines = [
         f"Checkpoint `{args.ckpt}`; the first {n} sentences of {args.split}; batches of {BATCH} "
         f"sentences, {args.threads} threads, {args.repeats} repeats (mean ± std); text in, text "
-        "out. CTranslate2 runs with CT2_USE_MKL=0 (oneDNN) and =1 (MKL), each in its own "
-        "process; its figure is the faster of the two.",
+        f"out; every engine stops a sentence at EOS or {MAX_LENGTH} tokens. CTranslate2 runs "
+        "with CT2_USE_MKL=0 (oneDNN) and =1 (MKL), each in its own process; its figure is the "
+        "faster of the two.",
     ]
     for search, summary in result["summary"].items():
         lines += ["", f"**{search}**", "", *table(summary, n), ""]

@@ -1,8 +1,9 @@
 """benchmarks/: the CTranslate2 worker of decode.py never loads torch (two OpenMP runtimes in
 one process slow CTranslate2 down), the length-cap rule of the natural modes, the machine
 fields every result file records, CTranslate2 run with each of its CPU backends (CT2_USE_MKL)
-and its figure the faster, the per-step counts of benchmarks/decode_ops.py, and the floor engine
-of benchmarks/decode_floor.py computing the model's own decoder step.
+and its figure the faster, export_speed.py giving ours CTranslate2's stopping rule, the per-step
+counts of benchmarks/decode_ops.py, and the floor engine of benchmarks/decode_floor.py computing
+the model's own decoder step.
 
 The worker test runs the real worker path (decode.main with --worker) in a fresh interpreter,
 with a stand-in ctranslate2 module: CI installs only the dev extra, and a real CTranslate2 would
@@ -16,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -225,6 +227,32 @@ def test_export_speed_runs_ctranslate2_with_both_backends(
         "ours_over_ct2": 200.0 / 371.0,
     }
     assert figures["ct2_int8"]["ct2_use_mkl"] == "1"
+
+
+def test_export_speed_gives_ours_ctranslate2s_stopping_rule(
+    export_speed: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ours stops where CTranslate2 does (one length limit, not our a * |src| + b): a sentence
+    that never emits EOS once ran to 256 tokens in CTranslate2 and ~1.5x its source in ours."""
+    import seq2seq.decode.translator
+
+    calls: list[dict[str, Any]] = []
+
+    class Recorder:
+        @classmethod
+        def from_checkpoint(cls, *args: Any, **kwargs: Any) -> Recorder:
+            return cls()
+
+        def translate(self, texts: list[str], **changes: Any) -> list[str]:
+            calls.append(changes)
+            return texts
+
+    monkeypatch.setattr(seq2seq.decode.translator, "Translator", Recorder)
+    inputs = {"ckpt": "x.pt", "threads": 1, "max_decoding_length": 77}
+    export_speed.ours_decoder(inputs, 5, "float32")(["a b"])
+    assert calls == [
+        {"method": "beam", "beam_size": 5, "batch_size": 64, "max_len_a": 0.0, "max_len_b": 77}
+    ]
 
 
 def test_decode_setups_export_check_compares_logits_with_marian(
