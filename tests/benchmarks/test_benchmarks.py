@@ -235,6 +235,7 @@ def test_export_speed_gives_ours_ctranslate2s_stopping_rule(
     """Ours stops where CTranslate2 does (one length limit, not our a * |src| + b): a sentence
     that never emits EOS once ran to 256 tokens in CTranslate2 and ~1.5x its source in ours."""
     import seq2seq.decode.translator
+    from seq2seq.decode.translator import Translation
 
     calls: list[dict[str, Any]] = []
 
@@ -243,16 +244,30 @@ def test_export_speed_gives_ours_ctranslate2s_stopping_rule(
         def from_checkpoint(cls, *args: Any, **kwargs: Any) -> Recorder:
             return cls()
 
-        def translate(self, texts: list[str], **changes: Any) -> list[str]:
+        def translate_nbest(self, texts: list[str], **changes: Any) -> list[list[Translation]]:
             calls.append(changes)
-            return texts
+            return [[Translation(t.upper(), 0.0, list(range(len(t))))] for t in texts]
 
     monkeypatch.setattr(seq2seq.decode.translator, "Translator", Recorder)
     inputs = {"ckpt": "x.pt", "threads": 1, "max_decoding_length": 77}
-    export_speed.ours_decoder(inputs, 5, "float32")(["a b"])
+    assert export_speed.ours_decoder(inputs, 5, "float32")(["a b", "c"]) == (["A B", "C"], [3, 1])
     assert calls == [
         {"method": "beam", "beam_size": 5, "batch_size": 64, "max_len_a": 0.0, "max_len_b": 77}
     ]
+    refs = ["x"] * 3
+    runs = {
+        run: [
+            {
+                "outputs": ["a", "b", "c"],
+                "lengths": [3, 255, 256],
+                "seconds": 1.0,
+                "peak_rss_mb": 1.0,
+            }
+        ]
+        for run in ("ours", "ct2_float32_mkl0")
+    }
+    summary = export_speed.summarize(runs, refs, 3)
+    assert summary["ours"]["at_limit"] == summary["ct2_float32_mkl0"]["at_limit"] == 2
 
 
 def test_decode_setups_export_check_compares_logits_with_marian(
