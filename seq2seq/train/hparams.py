@@ -63,16 +63,18 @@ def run_hparams(cfg: TrainConfig, summary: dict[str, Any]) -> dict[str, HParam]:
 
 def run_metrics(summary: dict[str, Any]) -> dict[str, float]:
     """The run's final scores by tag: hparams/test/<split>/{bleu,chrf} (and test_average/ with
-    trainer.average_last), hparams/best_valid/<metric>, hparams/long/{bleu,chrf} (trained short),
+    trainer.average_last), hparams/best_valid/<metric> (and valid_average/<metric>, the averaged
+    checkpoint's, which chooses the run's model), hparams/long/{bleu,chrf} (trained short),
     hparams/steps."""
     out: dict[str, float] = {}
     for board in ("test", "test_average"):
         for split, scores in summary.get(board, {}).items():
             for metric in ("bleu", "chrf"):
                 out[f"hparams/{board}/{split}/{metric}"] = float(scores[metric])
-    for metric, value in summary.get("best_valid", {}).items():
-        if metric in ("loss", "ppl", "bleu", "chrf", "ter"):
-            out[f"hparams/best_valid/{metric}"] = float(value)
+    for board in ("best_valid", "valid_average"):
+        for metric, value in summary.get(board, {}).items():
+            if metric in ("loss", "ppl", "bleu", "chrf", "ter"):
+                out[f"hparams/{board}/{metric}"] = float(value)
     long = (summary.get("length") or {}).get("long") or {}
     if long.get("n"):
         out["hparams/long/bleu"] = float(long["bleu"])

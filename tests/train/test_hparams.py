@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import metadata
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
-from seq2seq.train.hparams import encoding_label
+from seq2seq.train.hparams import encoding_label, run_metrics
 from seq2seq.train.run import train
 from tests.tiny_run import compose_train, tiny_overrides, write_slice
 
@@ -89,6 +89,21 @@ def test_the_metrics_are_the_final_scores(run: Path) -> None:
         assert event.value == pytest.approx(value), tag
         assert event.step == 4
     assert results["test"]["test"]["chrf"] > 0  # scores, not zeros everywhere
+
+
+def test_the_averaged_checkpoints_validation_is_a_metric_beside_best_pts() -> None:
+    summary = {
+        "test": {},
+        "best_valid": {"metric": "bleu", "step": 1348, "bleu": 32.96, "loss": 2.08},
+        "valid_average": {"bleu": 22.34, "loss": 2.82, "ppl": 16.7},
+        "steps": 1348,
+    }
+    metrics = run_metrics(summary)
+    assert metrics["hparams/valid_average/bleu"] == 22.34
+    assert metrics["hparams/valid_average/loss"] == 2.82
+    assert metrics["hparams/valid_average/ppl"] == 16.7
+    assert metrics["hparams/best_valid/bleu"] == 32.96
+    assert "hparams/best_valid/step" not in metrics
 
 
 def test_encoding_labels() -> None:
