@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from seq2seq import kernels
+from seq2seq.data.batching import Batch
 
 # Dense bf16/fp16 tensor-core peaks in TFLOPS, matched against torch.cuda.get_device_name.
 PEAK_TFLOPS = {
@@ -133,6 +135,16 @@ class FlopCounter:
             * (enc_layers * n_src * src_width + dec_layers * n_tgt * (tgt_width + src_width))
         )
         return float(self.passes * (weights + attention))
+
+    def counts(self, group: Sequence[Batch]) -> list[float]:
+        """A step's batches: target tokens, training FLOPs, real and padded (src+tgt) tokens."""
+        tokens = flops = real = padded = 0.0
+        for b in group:
+            n_src, n_tgt = b.src_tokens, b.tgt_tokens
+            tokens, real = tokens + n_tgt, real + n_src + n_tgt
+            padded += b.src.numel() + b.tgt_out.numel()  # src (B, S), tgt_out (B, T)
+            flops += self.batch(n_src, n_tgt, b.src.shape[1], b.tgt_out.shape[1])
+        return [tokens, flops, real, padded]
 
 
 class Throughput:

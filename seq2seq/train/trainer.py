@@ -189,13 +189,7 @@ class Trainer:
 
     def step_counts(self, group: list[Batch]) -> dict[str, float]:
         """All ranks' target tokens, model FLOPs, and real and padded (src+tgt) tokens of a step."""
-        tokens = flops = real = padded = 0.0
-        for b in group:
-            n_src, n_tgt = b.src_tokens, b.tgt_tokens
-            tokens, real = tokens + n_tgt, real + n_src + n_tgt
-            padded += b.src.numel() + b.tgt_out.numel()  # src (B, S), tgt_out (B, T)
-            flops += self.flops.batch(n_src, n_tgt, b.src.shape[1], b.tgt_out.shape[1])
-        tokens, flops, real, padded = all_reduce_sum([tokens, flops, real, padded], self.device)
+        tokens, flops, real, padded = all_reduce_sum(self.flops.counts(group), self.device)
         return {"tokens": int(tokens), "flops": flops, "real": real, "padded": padded}
 
     def restore(self, path: Path, ckpt: dict[str, Any]) -> None:

@@ -163,6 +163,24 @@ def test_flop_formula_matches_torch_flop_counter(
     assert formula == pytest.approx(counter.get_total_flops(), rel=0.03)
 
 
+def test_a_steps_counts_sum_its_batches(make_model: MakeModel) -> None:
+    """FlopCounter.counts: target tokens, FLOPs, real and padded (src+tgt) tokens of a step's
+    batches, padding excluded from the real tokens."""
+    model = make_model("sinusoidal", d_model=32, layers=2, d_ff=64, vocab=50)
+    src = [[5] * n for n in (3, 6, 2)]
+    tgt = [[7] * n for n in (4, 1, 5)]
+    batches = [collate([0, 1], src, tgt), collate([2], src, tgt)]
+    counter = FlopCounter(model, 32, (2, 2), 50)
+    tokens, flops, real, padded = counter.counts(batches)
+    assert tokens == (4 + 1 + 2) + (5 + 1)  # target tokens and EOS
+    assert real == tokens + (3 + 1 + 6 + 1) + (2 + 1)  # source tokens and EOS too
+    assert padded == 2 * 7 + 2 * 5 + 1 * 3 + 1 * 6  # src (B, S) + tgt_out (B, T) of each
+    widths = [(b.src.shape[1], b.tgt_out.shape[1]) for b in batches]
+    assert flops == sum(
+        counter.batch(b.src_tokens, b.tgt_tokens, *w) for b, w in zip(batches, widths, strict=True)
+    )
+
+
 class ScriptedMatmuls:
     """Stands in for flops.py's clock and kernels: each kernels.linear call "takes" the next of
     `seconds` on the clock and does no work (no timing of this machine is involved)."""
