@@ -10,10 +10,10 @@ int8), against our own searches, text in and text out, on the same sentences.
    is recorded.
 2. Decodes the first --sentences lines of --split with beam 5 and greedily in each engine, each
    run in its own process, the repeats alternating the order, every engine with one stopping rule
-   (EOS, or MAX_LENGTH tokens): ours (seq2seq.Translator, the
-   checkpoint's length penalty), CTranslate2 float32 and int8 (SentencePiece in,
-   translate_batch, SentencePiece out; the same beam, batch size and length penalty), and ours
-   with int8 linear layers (ours_int8: seq2seq-translate quantize=int8).
+   (EOS, or MAX_LENGTH tokens): ours (seq2seq.Translator, the checkpoint's length penalty),
+   CTranslate2 float32 and int8 (SentencePiece in, translate_batch, SentencePiece out; the same
+   beam, batch size and length penalty), and ours with int8 linear layers (ours_int8:
+   seq2seq-translate quantize=int8).
    CTranslate2 runs twice per compute type, with CT2_USE_MKL=0 (oneDNN) and =1 (MKL): unset,
    it takes MKL on Intel CPUs only, and oneDNN can be much the faster there (issue #29: 371
    against 162 sentences/s on an AMX Xeon). Both are reported, and the faster is CTranslate2's
