@@ -24,6 +24,11 @@ from seq2seq.train.validation import format_valid, improves
 log = logging.getLogger(__name__)
 
 
+def load_weights(trainer: Trainer, path: Path) -> None:
+    """Checkpoint `path`'s weights into the trainer's model, checked against it."""
+    load_model_state(trainer.model, load_checkpoint(path, trainer.device)["model"], path)
+
+
 def score_checkpoint(
     trainer: Trainer, path: Path, tag: str = ""
 ) -> tuple[dict[str, dict[str, object]], dict[str, Any] | None]:
@@ -31,7 +36,7 @@ def score_checkpoint(
     (None without a cap). Loads the checkpoint into the trainer's model; `tag` names the files
     and the TensorBoard board (".average": the averaged checkpoint)."""
     cfg = trainer.cfg
-    load_model_state(trainer.model, load_checkpoint(path, trainer.device)["model"], path)
+    load_weights(trainer, path)
     results: dict[str, dict[str, object]] = {}
     lens: list[int] = []  # source lengths, hypotheses, references over every test split
     hyps: list[str] = []
@@ -59,7 +64,7 @@ def score_checkpoint(
 def validate_checkpoint(trainer: Trainer, path: Path) -> dict[str, float]:
     """Checkpoint `path`'s validation metrics, measured as training measures best.pt's (loaded
     into the trainer's model)."""
-    load_model_state(trainer.model, load_checkpoint(path, trainer.device)["model"], path)
+    load_weights(trainer, path)
     return trainer.validate()
 
 
