@@ -26,7 +26,7 @@ try:  # the package by concept (seq2seq/config/, model/, decode/)
     from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, ModelConfig
     from seq2seq.config.schema import PosEncodingConfig, SearchKind
     from seq2seq.model.transformer import EncoderDecoder, build_positional
-    from seq2seq.decode.search import translate_ids
+    from seq2seq.decode.schedule import translate_ids
 except ImportError:  # checkouts before it: one flat folder
     from seq2seq.config import DecodeConfig, LengthPenaltyKind, ModelConfig, PosEncodingConfig
     from seq2seq.config import SearchKind

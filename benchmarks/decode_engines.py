@@ -82,7 +82,7 @@ def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list
     from seq2seq import kernels
     from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, SearchKind
     from seq2seq.decode.load import choose_products
-    from seq2seq.decode.search import translate_ids
+    from seq2seq.decode.schedule import translate_ids
 
     kernels.setup_process(torch.device("cpu"))  # as seq2seq.cli.translate runs it
     torch.set_num_threads(inputs.threads)

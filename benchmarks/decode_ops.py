@@ -36,7 +36,7 @@ import torch
 
 from seq2seq import kernels
 from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, ModelConfig, SearchKind
-from seq2seq.decode.search import translate_ids
+from seq2seq.decode.schedule import translate_ids
 from seq2seq.model.transformer import EncoderDecoder
 
 SHORT, LONG = 8, 24  # forced output lengths whose difference is counted

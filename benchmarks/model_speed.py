@@ -30,7 +30,7 @@ from seq2seq.config.schema import (
     register_configs,
 )
 from seq2seq.data.batching import Batch
-from seq2seq.decode.search import translate_ids
+from seq2seq.decode.schedule import translate_ids
 from seq2seq.model.transformer import EncoderDecoder, build_model
 from seq2seq.train.build import build_optimizer, init_process
 from seq2seq.train.corpus import load_corpus

@@ -27,7 +27,8 @@ import torch
 
 from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, PosKind, SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.decode.search import length_penalty, max_lengths, pad_sources, translate_ids
+from seq2seq.decode.schedule import translate_ids
+from seq2seq.decode.search import length_penalty, max_lengths, pad_sources
 from seq2seq.model.transformer import EncoderDecoder
 from tests.conftest import _make_model
 

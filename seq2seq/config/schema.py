@@ -381,7 +381,8 @@ class DecodeConfig:
     max_len_a: float = 1.5  # output length limit is a * |src| + b
     max_len_b: int = 10  # see max_len_a
     nbest: int = 1  # hypotheses returned per sentence (beam search), samples drawn (sample)
-    batch_size: int = 64  # sentences per decoding batch
+    batch_size: int = 64  # sentences per decoding batch (rows decoded side by side)
+    continuous: bool = True  # greedy: finished rows take the next sentences (continuous batching)
     temperature: float = 1.0  # sample: the logits are divided by it (below 1: closer to greedy)
     top_k: int = 0  # sample: draw from the k most probable tokens only (0 = all)
     top_p: float = 1.0  # sample: from the fewest most probable tokens holding p of the mass

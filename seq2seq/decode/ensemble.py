@@ -69,6 +69,19 @@ class Ensemble(nn.Module):
         bounds = torch.tensor([0, *self.depths]).cumsum(0).tolist()
         return [cache[a:b] for a, b in pairwise(bounds)]
 
+    def add_sentences(
+        self,
+        cache: list[LayerCache],
+        memory: Tensor,
+        src_mask: Tensor,
+        slots: Tensor | None = None,
+    ) -> None:
+        """Each model's `add_sentences`, with its share of the memory and of the caches."""
+        memories = memory.split(self.widths, -1)  # (B', S, D_m) each
+        for model, part, own in zip(self.members, memories, self._split(cache), strict=True):
+            assert own is not None
+            model.add_sentences(own, part, src_mask, slots)
+
     def new_cache(self, capacity: int = 0) -> list[LayerCache]:
         """The models' per-layer caches, one list (first model's layers first)."""
         return [c for m in self.members for c in m.new_cache(capacity)]

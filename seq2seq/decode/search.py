@@ -5,6 +5,8 @@ hypotheses are tracked with tensors, not with a Python loop over sentences. A se
 done leaves the batch (its rows of the caches and the source mask are dropped), so later steps
 only compute for sentences still being decoded. Each sentence produces at most a * |src| + b
 tokens and at least `min_len` (EOS included in both; EOS is masked before `min_len`).
+
+seq2seq/decode/schedule.py puts many sentences through them (`translate_ids`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from torch import Tensor
 
 from seq2seq import kernels
 from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, SearchKind
-from seq2seq.data.batching import sentence_batches
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decode.ensemble import SearchModel
 from seq2seq.decode.sampling import Sampler, uniform_table
@@ -38,7 +39,11 @@ class Hypothesis:
 
 def max_lengths(src: Tensor, a: float, b: int) -> Tensor:
     """Per-sentence output limit a * |src| + b for sources (B, S) (EOS counts, padding does not)."""
-    src_len = src.ne(PAD_ID).sum(-1)  # (B,)
+    return length_limits(src.ne(PAD_ID).sum(-1), a, b)  # (B,)
+
+
+def length_limits(src_len: Tensor, a: float, b: int) -> Tensor:
+    """The output limit a * |src| + b of sources of src_len (B,) tokens, EOS included."""
     return (a * src_len.float() + b).long().clamp(min=1)  # (B,)
 
 
@@ -53,7 +58,7 @@ def length_penalty(length: Tensor, kind: LengthPenaltyKind, alpha: float) -> Ten
 
 
 @dataclass
-class _Bounds:
+class Bounds:
     """Output length bounds (EOS included) of the sentences still being decoded."""
 
     max_len: Tensor  # (B,) only EOS may follow max_len - 1 tokens
@@ -61,11 +66,13 @@ class _Bounds:
 
     def __post_init__(self) -> None:
         self.min_len = torch.minimum(self.min_len, self.max_len)
-        self.first_max = int(self.max_len.min())  # Python ints: no mask work on most steps
-        self.last_min = int(self.min_len.max())
+        empty = self.max_len.numel() == 0  # Python ints: no mask work on most steps
+        self.first_max = 1 << 62 if empty else int(self.max_len.min())
+        self.last_min = 0 if empty else int(self.min_len.max())
 
-    def select(self, sentences: Tensor) -> _Bounds:
-        return _Bounds(self.max_len[sentences], self.min_len[sentences])
+    def select(self, sentences: Tensor) -> Bounds:
+        """The bounds of the sentences `sentences` (B',) only."""
+        return Bounds(self.max_len[sentences], self.min_len[sentences])
 
 
 @functools.cache
@@ -74,8 +81,9 @@ def _never_output(device: torch.device) -> Tensor:
     return torch.tensor([PAD_ID, BOS_ID], device=device)
 
 
-def _logprobs(logits: Tensor, step: int, bounds: _Bounds, group: int) -> Tensor:
-    """Log-probabilities (B, G, V) of token `step` for logits (B*G, V), G hypotheses a sentence.
+def step_logprobs(logits: Tensor, step: int | Tensor, bounds: Bounds, group: int) -> Tensor:
+    """Log-probabilities (B, G, V) of token `step` (one for all, or (B,) one per sentence) for
+    logits (B*G, V), G hypotheses a sentence.
 
     PAD and BOS are never output. EOS is masked before a sentence's min length; at its max length
     only EOS is left, with its own log-probability (the limit charges log p(EOS), like fairseq).
@@ -83,10 +91,13 @@ def _logprobs(logits: Tensor, step: int, bounds: _Bounds, group: int) -> Tensor:
     logprobs = logits.float().log_softmax(-1).view(-1, group, logits.size(-1))  # (B, G, V)
     logprobs.index_fill_(-1, _never_output(logprobs.device), NEG_INF)
     length = step + 1  # output length if this token is EOS
-    if length < bounds.last_min:
+    per_row = isinstance(length, Tensor)
+    if per_row or length < bounds.last_min:
         logprobs[..., EOS_ID].masked_fill_((length < bounds.min_len)[:, None], NEG_INF)
-    if length >= bounds.first_max:
+    if per_row or length >= bounds.first_max:
         at_limit = (length >= bounds.max_len)[:, None, None]  # (B, 1, 1)
+        if per_row and not bool(at_limit.any()):
+            return logprobs
         eos = logprobs[..., EOS_ID].clone()  # (B, G)
         logprobs.masked_fill_(at_limit, NEG_INF)
         logprobs[..., EOS_ID] = eos
@@ -97,12 +108,14 @@ def _as_lengths(value: Tensor | int, like: Tensor) -> Tensor:
     return value if isinstance(value, Tensor) else torch.full_like(like, value)
 
 
-def _keep(cache: list[LayerCache], rows: Tensor, sentences: Tensor | None) -> None:
+def keep_rows(cache: list[LayerCache], rows: Tensor, sentences: Tensor | None) -> None:
+    """Each layer cache keeps the rows `rows` and the sentences `sentences` (its reorder)."""
     for layer_cache in cache:
         layer_cache.reorder(rows, sentences)
 
 
-def _strip(ids: list[int]) -> list[int]:
+def strip_eos(ids: list[int]) -> list[int]:
+    """The ids before the first EOS (all of them if there is none)."""
     return ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
 
 
@@ -111,7 +124,8 @@ def _strip(ids: list[int]) -> list[int]:
 Pick = Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
 
 
-def _most_probable(logprobs: Tensor, rows: Tensor, step: int) -> tuple[Tensor, Tensor]:
+def most_probable(logprobs: Tensor, rows: Tensor, step: int) -> tuple[Tensor, Tensor]:
+    """Greedy's `Pick`: each row's most probable token and its log-probability."""
     return kernels.row_max(logprobs)  # (N,) each
 
 
@@ -122,7 +136,7 @@ def greedy_search(
     """Most probable next token at every step, for sources (B, S); a sentence leaves the batch
     when it emits EOS, and the search stops when none is left."""
     memory, src_mask = model.encode(src)  # (B, S, D), (B, S)
-    return one_path_search(model, memory, src_mask, max_len, min_len, _most_probable)
+    return one_path_search(model, memory, src_mask, max_len, min_len, most_probable)
 
 
 def one_path_search(
@@ -138,7 +152,7 @@ def one_path_search(
     it emits EOS, and the search stops when none is left. A step writes the rows still decoding
     by slices (tokens (N, L), score (N,)); they go to their sentences' places when rows leave."""
     batch, limit, device = memory.size(0), int(max_len.max()), memory.device
-    bounds = _Bounds(max_len, _as_lengths(min_len, max_len))
+    bounds = Bounds(max_len, _as_lengths(min_len, max_len))
     cache = model.new_cache(limit)
     out = torch.full((batch, limit), PAD_ID, dtype=torch.long, device=device)  # (B, L)
     final = torch.zeros(batch, device=device)  # (B,)
@@ -147,7 +161,7 @@ def one_path_search(
     token = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=device)  # (N, 1)
     for step in range(limit):
         logits = model.decode(token, memory, src_mask, cache)[:, -1]  # (N, V)
-        best_logprob, best = pick(_logprobs(logits, step, bounds, 1)[:, 0], alive, step)  # (N,)
+        best_logprob, best = pick(step_logprobs(logits, step, bounds, 1)[:, 0], alive, step)  # (N,)
         tokens[:, step] = best
         score += best_logprob
         ended = best.eq(EOS_ID)  # (N,)
@@ -159,11 +173,13 @@ def one_path_search(
             alive, best, bounds = alive[rows], best[rows], bounds.select(rows)
             tokens, score = tokens[rows], score[rows]
             memory, src_mask = memory[rows], src_mask[rows]
-            _keep(cache, rows, rows)
+            keep_rows(cache, rows, rows)
         token = best[:, None]
     else:  # the length limit stopped the rows still decoding
         out[alive], final[alive] = tokens, score
-    return [Hypothesis(_strip(row), s) for row, s in zip(out.tolist(), final.tolist(), strict=True)]
+    return [
+        Hypothesis(strip_eos(row), s) for row, s in zip(out.tolist(), final.tolist(), strict=True)
+    ]
 
 
 @torch.inference_mode()
@@ -209,7 +225,7 @@ class _Finished:
     def nbest(self, n: int) -> list[list[Hypothesis]]:
         scores, tokens = self.score[:, :n].tolist(), self.tokens[:, :n].tolist()
         return [
-            [Hypothesis(_strip([t for t in ids if t != PAD_ID]), s) for ids, s in zip(ts, ss)]
+            [Hypothesis(strip_eos([t for t in ids if t != PAD_ID]), s) for ids, s in zip(ts, ss)]
             for ts, ss in zip(tokens, scores, strict=True)
         ]
 
@@ -222,7 +238,7 @@ class _Beams:
     sentences: Tensor  # (B',) index in the batch of each sentence still being decoded
     score: Tensor  # (B', W) summed log-probabilities, -inf for an empty beam
     tokens: Tensor  # (B'*W, L) ids so far, PAD after them
-    bounds: _Bounds
+    bounds: Bounds
     memory: Tensor  # (B', S, D) encoder output, one row per sentence
     src_mask: Tensor  # (B', S)
 
@@ -256,7 +272,7 @@ def beam_search(
     memory, src_mask = model.encode(src)  # (B, S, D), (B, S)
     score = torch.zeros(batch, 1, device=device)  # (B, 1): one hypothesis per sentence at first
     tokens = torch.full((batch, limit), PAD_ID, dtype=torch.long, device=device)  # (B, L)
-    bounds = _Bounds(max_len, _as_lengths(min_len, max_len))
+    bounds = Bounds(max_len, _as_lengths(min_len, max_len))
     beams = _Beams(torch.arange(batch, device=device), score, tokens, bounds, memory, src_mask)
     finished = _Finished(
         torch.full((batch, k), NEG_INF, device=device),
@@ -266,11 +282,11 @@ def beam_search(
     token = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=device)  # (B, 1)
     for step in range(limit):
         logits = model.decode(token, beams.memory, beams.src_mask, cache)[:, -1]  # (B'*W, V)
-        logprobs = _logprobs(logits, step, beams.bounds, beams.score.size(1))  # (B', W, V)
+        logprobs = step_logprobs(logits, step, beams.bounds, beams.score.size(1))  # (B', W, V)
         kept = _advance(beams, logprobs, step, finished, cfg)
         if kept is None:
             break
-        _keep(cache, *kept)
+        keep_rows(cache, *kept)
         token = beams.tokens[:, step : step + 1]  # (B'*K, 1)
     return finished.nbest(cfg.nbest)
 
@@ -355,24 +371,3 @@ def pad_sources(seqs: list[list[int]], max_len: int, device: torch.device) -> Te
     """Sources as a (B, S) tensor: each truncated to max_len tokens, then EOS, then padding."""
     rows = [torch.tensor([*s[:max_len], EOS_ID]) for s in seqs]
     return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=PAD_ID).to(device)
-
-
-def translate_ids(
-    model: SearchModel,
-    src_ids: list[list[int]],
-    cfg: DecodeConfig,
-    max_src_len: int = 1024,
-    min_len: int = 0,
-) -> list[list[Hypothesis]]:
-    """Decode many sources in length-sorted batches; results come back in input order."""
-    device = next(model.parameters()).device
-    results: list[list[Hypothesis]] = [[] for _ in src_ids]
-    was_training = model.training
-    model.eval()
-    for index in sentence_batches([len(s) for s in src_ids], cfg.batch_size):
-        src = pad_sources([src_ids[i] for i in index], max_src_len, device)  # (B, S)
-        found = decode_batch(model, src, cfg, min_len, index)
-        for i, hyps in zip(index, found, strict=True):
-            results[i] = hyps
-    model.train(was_training)
-    return results

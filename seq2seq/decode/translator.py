@@ -40,7 +40,7 @@ from seq2seq.decode.alignment import check_layer, hard_alignment, translation_at
 from seq2seq.decode.ensemble import SearchModel
 from seq2seq.decode.load import choose_products, load_ensemble, load_for_inference
 from seq2seq.decode.quantize import quantize_int8
-from seq2seq.decode.search import translate_ids
+from seq2seq.decode.schedule import translate_ids
 from seq2seq.errors import ConfigError
 from seq2seq.model.transformer import EncoderDecoder
 

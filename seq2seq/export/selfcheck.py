@@ -22,7 +22,8 @@ from seq2seq.config.schema import (
     SearchKind,
 )
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.decode.search import max_lengths, pad_sources, translate_ids
+from seq2seq.decode.schedule import translate_ids
+from seq2seq.decode.search import max_lengths, pad_sources
 from seq2seq.decode.translator import Translator
 from seq2seq.export.ctranslate2 import ExportError
 

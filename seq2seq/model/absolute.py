@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.errors import ConfigError
-from seq2seq.model.positional import PositionalEncoding
+from seq2seq.model.positional import Offset, PositionalEncoding, positions
 
 
 def sinusoid_table(length: int, d_model: int) -> Tensor:
@@ -21,6 +21,19 @@ def sinusoid_table(length: int, d_model: int) -> Tensor:
     return table.float()  # (T, D)
 
 
+def _end(offset: Offset, length: int) -> int:
+    """One past the last position of `length` tokens from `offset` (the largest, per row)."""
+    return (int(offset.max()) if isinstance(offset, Tensor) else offset) + length
+
+
+def _rows(table: Tensor, offset: Offset, length: int) -> Tensor:
+    """The rows of a per-position table (P, E) for `length` tokens from `offset`: (T, E) for
+    an int offset, (N, T, E) for one per row."""
+    if isinstance(offset, Tensor):
+        return table[positions(offset, length, table.device)]  # (N, T, E)
+    return table[offset : offset + length]  # (T, E)
+
+
 class Sinusoidal(PositionalEncoding):
     """Fixed sinusoids added to the embeddings (Vaswani et al. 2017)."""
 
@@ -31,13 +44,13 @@ class Sinusoidal(PositionalEncoding):
         self.d_model = d_model
         self.register_buffer("table", sinusoid_table(max_len, d_model), persistent=False)
 
-    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+    def embed(self, x: Tensor, offset: Offset = 0) -> Tensor:
         """x (B, T, D) plus the sinusoids of positions from `offset` (the table grows)."""
-        end = offset + x.size(1)
+        end = _end(offset, x.size(1))
         if end > self.table.size(0):  # grow on demand: the formula has no length limit
             with torch.inference_mode(False):  # a table grown while decoding serves training too
                 self.table = sinusoid_table(2 * end, self.d_model).to(x.device)
-        return x + self.table[offset:end].to(x.dtype)  # (B, T, D)
+        return x + _rows(self.table, offset, x.size(1)).to(x.dtype)  # (B, T, D)
 
     def image(self) -> Tensor:
         """The sinusoids of the first 128 positions (T, D)."""
@@ -52,15 +65,15 @@ class Learned(PositionalEncoding):
         self.table = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.table.weight, std=d_model**-0.5)
 
-    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+    def embed(self, x: Tensor, offset: Offset = 0) -> Tensor:
         """x (B, T, D) plus the learned embeddings of positions from `offset`."""
-        end = offset + x.size(1)
+        end = _end(offset, x.size(1))
         if end > self.table.num_embeddings:  # a UserError: the CLIs print it as one line
             raise ConfigError(
                 f"learned positions stop at {self.table.num_embeddings} but position {end - 1} "
                 "was asked for: raise pos_encoding.max_len or lower data.max_len"
             )
-        return x + self.table.weight[offset:end].to(x.dtype)  # (B, T, D)
+        return x + _rows(self.table.weight, offset, x.size(1)).to(x.dtype)  # (B, T, D)
 
     def untrained(self, length: int) -> str | None:
         """The rows past the longest training position."""
@@ -109,9 +122,12 @@ class Rotary(PositionalEncoding):
                 self._sin = angle.sin().float().to(device)
         return self._cos, self._sin
 
-    def rotate(self, x: Tensor, offset: int = 0) -> Tensor:
+    def rotate(self, x: Tensor, offset: Offset = 0) -> Tensor:
         """Queries or keys x (B, H, T, Dh) rotated by the angles of their positions."""
-        end = offset + x.size(-2)
-        cos, sin = self._tables(end, x.device)
-        cos, sin = cos[offset:end].to(x.dtype), sin[offset:end].to(x.dtype)  # (T, Dh)
+        length = x.size(-2)
+        cos, sin = self._tables(_end(offset, length), x.device)
+        cos = _rows(cos, offset, length).to(x.dtype)  # (T, Dh) or (B, T, Dh)
+        sin = _rows(sin, offset, length).to(x.dtype)
+        if isinstance(offset, Tensor):  # one row of angles per row of x, for all its heads
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, Dh)
         return x * cos + _rotate_half(x) * sin  # (B, H, T, Dh)

@@ -12,7 +12,10 @@ variant's name; it calls the hooks. A stack (encoder or decoder) has one encodin
 self-attention of its layer i calls `encoding.layer(i)`, the encoding itself unless the variant
 keeps parameters per layer (`PerLayer`, pos_encoding.share_layers=false). Cross-attention gets
 the base class, so it carries no positional terms. Positions count from `offset`, so incremental
-decoding with a key/value cache sees the same positions as full recomputation.
+decoding with a key/value cache sees the same positions as full recomputation. `offset` is one
+int for every row, or a tensor (N,) with each row's own (greedy decoding with continuous
+batching decodes sentences that started at different steps side by side); the hooks' outputs
+then have one row per row of x where they would have had one for all.
 """
 
 from __future__ import annotations
@@ -20,26 +23,28 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+Offset = int | Tensor  # the position of the first token: one for all rows, or (N,) one per row
+
 
 class PositionalEncoding(nn.Module):
     """No positional information ("none"): a bag-of-tokens baseline; every hook is the identity."""
 
     needs_weights = False  # True when `values` must see the attention weights
 
-    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+    def embed(self, x: Tensor, offset: Offset = 0) -> Tensor:
         """x (B, T, D) plus the encoding of positions from `offset` (here: x)."""
         return x  # (B, T, D)
 
-    def rotate(self, x: Tensor, offset: int = 0) -> Tensor:
+    def rotate(self, x: Tensor, offset: Offset = 0) -> Tensor:
         """Queries or keys x (B, H, T, Dh) of positions from `offset`, rotated (here: x)."""
         return x  # (B, H, T, Dh)
 
-    def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor | None:
+    def bias(self, q: Tensor, q_offset: Offset, k_len: int) -> Tensor | None:
         """The term added to the attention logits of queries q (B, H, Tq, Dh) at positions from
         `q_offset` over k_len keys (here: None)."""
         return None  # else (B or 1, H or 1, Tq, Tk)
 
-    def values(self, weights: Tensor, q_offset: int) -> Tensor | None:
+    def values(self, weights: Tensor, q_offset: Offset) -> Tensor | None:
         """The term added to the output, from the attention weights (B, H, Tq, Tk) (here: None)."""
         return None  # else (B, H, Tq, Dh), added to the attention output
 
@@ -84,19 +89,19 @@ class PerLayer(PositionalEncoding):
             )
         return self.layers[i]  # type: ignore[return-value]
 
-    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+    def embed(self, x: Tensor, offset: Offset = 0) -> Tensor:
         """Layer 0's `embed`."""
         return self.first.embed(x, offset)  # (B, T, D)
 
-    def rotate(self, x: Tensor, offset: int = 0) -> Tensor:
+    def rotate(self, x: Tensor, offset: Offset = 0) -> Tensor:
         """Layer 0's `rotate`."""
         return self.first.rotate(x, offset)  # (B, H, T, Dh)
 
-    def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor | None:
+    def bias(self, q: Tensor, q_offset: Offset, k_len: int) -> Tensor | None:
         """Layer 0's `bias`."""
         return self.first.bias(q, q_offset, k_len)  # (B or 1, H, Tq, Tk) or None
 
-    def values(self, weights: Tensor, q_offset: int) -> Tensor | None:
+    def values(self, weights: Tensor, q_offset: Offset) -> Tensor | None:
         """Layer 0's `values`."""
         return self.first.values(weights, q_offset)  # (B, H, Tq, Dh) or None
 
@@ -110,8 +115,17 @@ class PerLayer(PositionalEncoding):
         return self.first.image()
 
 
-def relative_positions(q_offset: int, q_len: int, k_len: int, device: torch.device) -> Tensor:
-    """Key position minus query position for every query/key pair."""
-    q_pos = torch.arange(q_offset, q_offset + q_len, device=device)  # (Tq,)
+def positions(offset: Offset, length: int, device: torch.device) -> Tensor:
+    """The positions of `length` tokens from `offset`: (1, T) for an int, (N, T) per row."""
+    steps = torch.arange(length, device=device)  # (T,)
+    if isinstance(offset, Tensor):
+        return offset[:, None] + steps  # (N, T)
+    return (steps + offset)[None]  # (1, T)
+
+
+def relative_positions(q_offset: Offset, q_len: int, k_len: int, device: torch.device) -> Tensor:
+    """Key position minus query position for every query/key pair, (1 or N, Tq, Tk); keys sit
+    at positions 0 .. k_len - 1 in every row."""
+    q_pos = positions(q_offset, q_len, device)  # (1|N, Tq)
     k_pos = torch.arange(k_len, device=device)  # (Tk,)
-    return k_pos[None, :] - q_pos[:, None]  # (Tq, Tk)
+    return k_pos - q_pos[:, :, None]  # (1|N, Tq, Tk)

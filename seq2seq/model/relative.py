@@ -9,7 +9,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from seq2seq.model.positional import PositionalEncoding, relative_positions
+from seq2seq.model.positional import Offset, PositionalEncoding, positions, relative_positions
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -52,13 +52,11 @@ class ALiBi(PositionalEncoding):
         right = slopes.flip(0) if directional else slopes
         self.register_buffer("right_slopes", right, persistent=False)
 
-    def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
-        """-slope * |i - j| per head (1, H, Tq, Tk); keys on the right take right_slopes."""
-        rel = relative_positions(q_offset, q.size(-2), k_len, q.device)  # (Tq, Tk)
-        slope = torch.where(
-            rel[None] > 0, self.right_slopes[:, None, None], self.slopes[:, None, None]
-        )
-        return (-slope * rel.abs()[None]).to(q.dtype)[None]  # (1, H, Tq, Tk)
+    def bias(self, q: Tensor, q_offset: Offset, k_len: int) -> Tensor:
+        """-slope * |i - j| per head (1|B, H, Tq, Tk); keys on the right take right_slopes."""
+        rel = relative_positions(q_offset, q.size(-2), k_len, q.device)[:, None]  # (1|B, 1, Tq, Tk)
+        slope = torch.where(rel > 0, self.right_slopes[:, None, None], self.slopes[:, None, None])
+        return (-slope * rel.abs()).to(q.dtype)  # (1|B, H, Tq, Tk)
 
     def image(self) -> Tensor:
         """Each head's bias for key-minus-query distances -63 to 63 (H, distance)."""
@@ -115,12 +113,12 @@ class T5Bias(PositionalEncoding):
         # init_std = d_model^-0.5 as Hugging Face's T5 (_init_weights, factor 1); 0 = zeros
         nn.init.normal_(self.table.weight, std=init_std)
 
-    def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
-        """Each head's learned scalar for the bucket of each query/key pair (1, H, Tq, Tk)."""
-        rel = relative_positions(q_offset, q.size(-2), k_len, q.device)  # (Tq, Tk)
+    def bias(self, q: Tensor, q_offset: Offset, k_len: int) -> Tensor:
+        """Each head's learned scalar for the bucket of each query/key pair (1|B, H, Tq, Tk)."""
+        rel = relative_positions(q_offset, q.size(-2), k_len, q.device)  # (1|B, Tq, Tk)
         bucket = t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)
-        table: Tensor = self.table(bucket)  # (Tq, Tk, H)
-        return table.permute(2, 0, 1)[None].to(q.dtype)  # (1, H, Tq, Tk)
+        table: Tensor = self.table(bucket)  # (1|B, Tq, Tk, H)
+        return table.permute(0, 3, 1, 2).to(q.dtype)  # (1|B, H, Tq, Tk)
 
     def _reached(self, length: int) -> set[int]:
         """The buckets of the distances within `length` positions."""
@@ -161,19 +159,19 @@ class ShawRelative(PositionalEncoding):
         for table in (self.keys, self.vals):
             nn.init.normal_(table.weight, std=head_dim**-0.5)
 
-    def index(self, q_offset: int, q_len: int, k_len: int, device: torch.device) -> Tensor:
-        """The table row of each query/key pair (Tq, Tk): the clipped distance + clip."""
-        rel = relative_positions(q_offset, q_len, k_len, device)  # (Tq, Tk)
-        return rel.clamp(-self.clip, self.clip) + self.clip  # (Tq, Tk) in [0, 2k]
+    def index(self, q_offset: Offset, q_len: int, k_len: int, device: torch.device) -> Tensor:
+        """The table row of each query/key pair (1|B, 1, Tq, Tk): the clipped distance + clip."""
+        rel = relative_positions(q_offset, q_len, k_len, device)[:, None]  # (1|B, 1, Tq, Tk)
+        return rel.clamp(-self.clip, self.clip) + self.clip  # in [0, 2k]
 
-    def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
+    def bias(self, q: Tensor, q_offset: Offset, k_len: int) -> Tensor:
         """q_i . a^K_{clip(j-i)} / sqrt(Dh) for each query/key pair (B, H, Tq, Tk)."""
-        idx = self.index(q_offset, q.size(-2), k_len, q.device)  # (Tq, Tk)
+        idx = self.index(q_offset, q.size(-2), k_len, q.device)  # (1|B, 1, Tq, Tk)
         per_dist = q @ self.keys.weight.to(q.dtype).t()  # (B, H, Tq, 2k+1)
         scores = per_dist.gather(-1, idx.expand(*q.shape[:2], -1, -1))  # (B, H, Tq, Tk)
         return scores / math.sqrt(q.size(-1))
 
-    def values(self, weights: Tensor, q_offset: int) -> Tensor:
+    def values(self, weights: Tensor, q_offset: Offset) -> Tensor:
         """sum_j w_ij a^V_{clip(j-i)} for the attention weights w: (B, H, Tq, Dh)."""
         idx = self.index(q_offset, weights.size(-2), weights.size(-1), weights.device)
         per_dist = weights.new_zeros(*weights.shape[:3], 2 * self.clip + 1)  # (B, H, Tq, 2k+1)
@@ -217,6 +215,7 @@ class Kerple(PositionalEncoding):
         self.r2 = nn.Parameter(torch.rand(sides, n_heads))  # (sides, H)
 
     def _bias(self, rel: Tensor) -> Tensor:
+        """The bias (1|B, H, Tq, Tk) of key-minus-query distances rel (1|B, Tq, Tk)."""
         if self.training:
             with torch.no_grad():  # the stored values (the authors' `.data = .data.clamp`),
                 for r in (self.r1, self.r2):  # only when out of bounds: a layer sharing this
@@ -226,18 +225,19 @@ class Kerple(PositionalEncoding):
             r2: Tensor = self.r2
         else:
             r1, r2 = self.r1.clamp(min=self.EPS), self.r2.clamp(min=self.EPS)
-        r1, r2 = r1[:, :, None, None], r2[:, :, None, None]  # (sides, H, 1, 1)
-        per_side = -r1 * torch.log1p(r2 * rel.abs().float())  # (sides, H, Tq, Tk)
-        return torch.where(rel > 0, per_side[-1], per_side[0])  # (H, Tq, Tk)
+        r1, r2 = r1[:, None, :, None, None], r2[:, None, :, None, None]  # (sides, 1, H, 1, 1)
+        rel = rel[:, None]  # (1|B, 1, Tq, Tk)
+        per_side = -r1 * torch.log1p(r2 * rel.abs().float())  # (sides, 1|B, H, Tq, Tk)
+        return torch.where(rel > 0, per_side[-1], per_side[0])  # (1|B, H, Tq, Tk)
 
-    def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
-        """-r1 * log(1 + r2 * |i - j|) per head (1, H, Tq, Tk)."""
-        rel = relative_positions(q_offset, q.size(-2), k_len, q.device)  # (Tq, Tk)
-        return self._bias(rel)[None].to(q.dtype)  # (1, H, Tq, Tk)
+    def bias(self, q: Tensor, q_offset: Offset, k_len: int) -> Tensor:
+        """-r1 * log(1 + r2 * |i - j|) per head (1|B, H, Tq, Tk)."""
+        rel = relative_positions(q_offset, q.size(-2), k_len, q.device)  # (1|B, Tq, Tk)
+        return self._bias(rel).to(q.dtype)  # (1|B, H, Tq, Tk)
 
     def image(self) -> Tensor:
         """Each head's bias for key-minus-query distances -63 to 63 (H, distance)."""
-        return self._bias(torch.arange(-63, 64)[None]).detach()[:, 0]  # (H, distance)
+        return self._bias(torch.arange(-63, 64)[None, None]).detach()[0, :, 0]  # (H, distance)
 
 
 class Fire(PositionalEncoding):
@@ -260,18 +260,20 @@ class Fire(PositionalEncoding):
         self.c = nn.Parameter(torch.tensor(0.1))
         self.threshold = nn.Parameter(torch.tensor(float(threshold)))
 
-    def _bias(self, q_offset: int, q_len: int, k_len: int, device: torch.device) -> Tensor:
-        dist = -relative_positions(q_offset, q_len, k_len, device).float()  # (Tq, Tk): i - j
+    def _bias(self, q_offset: Offset, q_len: int, k_len: int, device: torch.device) -> Tensor:
+        """The bias (1|B, H, Tq, Tk) of queries from q_offset (int or (B,)) over k_len keys."""
+        dtype = self.c.dtype  # the MLP's (float32, or float64 in a double model)
+        dist = -relative_positions(q_offset, q_len, k_len, device).to(dtype)  # (1|B, Tq, Tk): i - j
         c = self.c.abs().clamp(min=1e-4)  # c and max(L, i) held away from 0: no 0 / 0
-        q_pos = torch.arange(q_offset, q_offset + q_len, device=device).float()  # (Tq,)
+        q_pos = positions(q_offset, q_len, device).to(dtype)  # (1|B, Tq)
         norm = torch.log(c * torch.maximum(q_pos, self.threshold.abs()).clamp(min=1) + 1)
-        x = dist.sign() * torch.log(c * dist.abs() + 1) / norm[:, None]  # (Tq, Tk)
-        bias: Tensor = self.mlp(x[..., None])  # (Tq, Tk, H)
-        return bias.permute(2, 0, 1)  # (H, Tq, Tk)
+        x = dist.sign() * torch.log(c * dist.abs() + 1) / norm[..., None]  # (1|B, Tq, Tk)
+        bias: Tensor = self.mlp(x[..., None])  # (1|B, Tq, Tk, H)
+        return bias.permute(0, 3, 1, 2)  # (1|B, H, Tq, Tk)
 
-    def bias(self, q: Tensor, q_offset: int, k_len: int) -> Tensor:
-        """f(psi(i - j) / psi(max(L, i))) per head (1, H, Tq, Tk)."""
-        return self._bias(q_offset, q.size(-2), k_len, q.device)[None].to(q.dtype)  # (1, H, ..)
+    def bias(self, q: Tensor, q_offset: Offset, k_len: int) -> Tensor:
+        """f(psi(i - j) / psi(max(L, i))) per head (1|B, H, Tq, Tk)."""
+        return self._bias(q_offset, q.size(-2), k_len, q.device).to(q.dtype)  # (1|B, H, Tq, Tk)
 
     def untrained(self, length: int) -> str | None:
         """The interpolation, when L is not below the longest training position."""
@@ -286,4 +288,4 @@ class Fire(PositionalEncoding):
 
     def image(self) -> Tensor:
         """Each head's bias for key-minus-query distances -63 to 63 (H, distance)."""
-        return self._bias(63, 1, 127, self.c.device).detach()[:, 0]  # (H, distance)
+        return self._bias(63, 1, 127, self.c.device).detach()[0, :, 0]  # (H, distance)

@@ -17,7 +17,7 @@ from seq2seq.config.schema import ModelConfig, PosEncodingConfig, TrainConfig
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.absolute import Learned, Rotary, Sinusoidal
 from seq2seq.model.layers import DecoderLayer, EncoderLayer, LayerCache, LayerSpec, Linear
-from seq2seq.model.positional import PerLayer, PositionalEncoding
+from seq2seq.model.positional import Offset, PerLayer, PositionalEncoding
 from seq2seq.model.relative import ALiBi, Fire, Kerple, ShawRelative, T5Bias
 
 
@@ -92,7 +92,7 @@ class EncoderDecoder(nn.Module):
         ids: Tensor,
         table: nn.Embedding,
         pos: PositionalEncoding,
-        offset: int,
+        offset: Offset,
         word_dropout: float,
     ) -> Tensor:
         x = table(ids) * self.scale  # (B, T, D)
@@ -124,7 +124,7 @@ class EncoderDecoder(nn.Module):
         With a cache (one LayerCache per layer, see `new_cache`), tgt_in holds only the tokens
         not yet seen; positions continue from the cache's length.
         """
-        offset = 0 if cache is None else cache[0].length
+        offset = 0 if cache is None else cache[0].offset  # (N,) once rows differ
         word_dropout = self.cfg.tgt_word_dropout
         x = self._embed(tgt_in, self.tgt_embed, self.dec_pos, offset, word_dropout)  # (N, T, D)
         for i, layer in enumerate(self.decoder):
@@ -142,6 +142,20 @@ class EncoderDecoder(nn.Module):
         """Decoder inputs (N, T) -> logits (N, T, V): `decode_states` through the output layer."""
         logits: Tensor = self.out(self.decode_states(tgt_in, memory, src_mask, cache))  # (N, T, V)
         return logits
+
+    def add_sentences(
+        self,
+        cache: list[LayerCache],
+        memory: Tensor,
+        src_mask: Tensor,
+        slots: Tensor | None = None,
+    ) -> None:
+        """Put new sentences, encoder output memory (B', S, D) and src_mask (B', S), in the rows
+        `slots` (B',) of `cache` or after its rows (continuous batching: see
+        seq2seq/decode/schedule.py); from then on each row decodes from its own position."""
+        for layer, layer_cache in zip(self.decoder, cache, strict=True):
+            assert isinstance(layer, DecoderLayer)
+            layer.add_sentences(memory, src_mask, layer_cache, slots)
 
     def new_cache(self, capacity: int = 0) -> list[LayerCache]:
         """Empty per-layer key/value caches for incremental decoding, with room for `capacity`

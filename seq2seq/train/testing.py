@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.config.schema import BestMetric, length_cap
-from seq2seq.decode.search import translate_ids
+from seq2seq.decode.schedule import translate_ids
 from seq2seq.evaluation.scoring import format_scores, length_generalization, score
 from seq2seq.train.checkpoint import TrainState, load_checkpoint, load_model_state
 from seq2seq.train.trainer import Trainer

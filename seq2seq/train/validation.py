@@ -18,7 +18,7 @@ from seq2seq.config.schema import BestMetric, SearchKind, TrainConfig
 from seq2seq.data.batching import collate, token_batches
 from seq2seq.data.text import Split
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decode.search import translate_ids
+from seq2seq.decode.schedule import translate_ids
 from seq2seq.evaluation.scoring import score
 from seq2seq.model.transformer import EncoderDecoder
 from seq2seq.train.checkpoint import TrainState

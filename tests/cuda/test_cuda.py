@@ -21,7 +21,8 @@ from seq2seq import kernels
 from seq2seq.config.schema import DecodeConfig, PosKind, Precision, SearchKind
 from seq2seq.data.batching import collate
 from seq2seq.decode.load import load_for_inference
-from seq2seq.decode.search import Hypothesis, translate_ids
+from seq2seq.decode.schedule import translate_ids
+from seq2seq.decode.search import Hypothesis
 from seq2seq.model.transformer import EncoderDecoder
 from seq2seq.train.checkpoint import load_checkpoint
 from seq2seq.train.steplog import LOG_NAME, read_step_log

@@ -17,7 +17,8 @@ from seq2seq.decode.alignment import (
     translation_attention,
 )
 from seq2seq.decode.ensemble import Ensemble
-from seq2seq.decode.search import greedy_search, translate_ids
+from seq2seq.decode.schedule import translate_ids
+from seq2seq.decode.search import greedy_search
 from seq2seq.errors import ConfigError
 from seq2seq.model.transformer import EncoderDecoder
 from tests.conftest import MakeModel, MakeSources

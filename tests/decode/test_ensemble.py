@@ -12,7 +12,8 @@ import torch
 from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, PosKind, SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, VocabTokenizer
 from seq2seq.decode.ensemble import Ensemble, check_same_vocabularies
-from seq2seq.decode.search import Hypothesis, decode_batch, max_lengths, translate_ids
+from seq2seq.decode.schedule import translate_ids
+from seq2seq.decode.search import Hypothesis, decode_batch, max_lengths
 from seq2seq.model.transformer import EncoderDecoder
 from seq2seq.train.checkpoint import CheckpointError
 from tests.conftest import REV_VOCAB, MakeModel

@@ -18,7 +18,8 @@ import pytest
 
 from seq2seq import kernels
 from seq2seq.config.schema import DecodeConfig, PosKind, SearchKind
-from seq2seq.decode.search import Hypothesis, translate_ids
+from seq2seq.decode.schedule import translate_ids
+from seq2seq.decode.search import Hypothesis
 from seq2seq.kernels import cpu
 from seq2seq.model.transformer import EncoderDecoder
 from tests.conftest import MakeModel

@@ -10,7 +10,7 @@ import torch
 
 from seq2seq.config.schema import DecodeConfig, PosKind, SearchKind
 from seq2seq.decode.quantize import Int8Linear, quantize_int8
-from seq2seq.decode.search import translate_ids
+from seq2seq.decode.schedule import translate_ids
 from seq2seq.errors import ConfigError
 from seq2seq.model.layers import Linear
 from seq2seq.model.transformer import EncoderDecoder

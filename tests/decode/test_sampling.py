@@ -13,7 +13,8 @@ from seq2seq.config.checks import check_decode
 from seq2seq.config.schema import DecodeConfig, SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decode.sampling import Sampler, uniform_table
-from seq2seq.decode.search import greedy_search, max_lengths, sample_search, translate_ids
+from seq2seq.decode.schedule import translate_ids
+from seq2seq.decode.search import greedy_search, max_lengths, sample_search
 from seq2seq.errors import ConfigError
 from seq2seq.model.transformer import EncoderDecoder
 from tests.conftest import REV_VOCAB

@@ -14,6 +14,7 @@ from torch import nn
 
 from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, PosKind, SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from seq2seq.decode.schedule import translate_ids
 from seq2seq.decode.search import (
     Hypothesis,
     beam_search,
@@ -21,7 +22,6 @@ from seq2seq.decode.search import (
     greedy_search,
     length_penalty,
     max_lengths,
-    translate_ids,
 )
 from seq2seq.model.transformer import EncoderDecoder
 from tests import search_golden

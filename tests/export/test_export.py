@@ -15,7 +15,8 @@ import torch
 
 from seq2seq.config.schema import ExportConfig, ExportFormat, Quantization, TrainConfig
 from seq2seq.data.tokenizer import SPECIAL_TOKENS, VocabTokenizer
-from seq2seq.decode.search import max_lengths, pad_sources, translate_ids
+from seq2seq.decode.schedule import translate_ids
+from seq2seq.decode.search import max_lengths, pad_sources
 from seq2seq.decode.translator import Translator
 from seq2seq.export.ctranslate2 import ExportError, build_spec, save
 from seq2seq.export.selfcheck import CTranslate2Model, MarianModel, greedy_by_limit, our_logprobs

@@ -23,7 +23,7 @@ from seq2seq.config.schema import (
     TrainConfig,
 )
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, VocabTokenizer
-from seq2seq.decode.search import translate_ids
+from seq2seq.decode.schedule import translate_ids
 from seq2seq.decode.translator import Translator
 from seq2seq.export.ctranslate2 import build_spec, save
 from seq2seq.export.huggingface import to_marian

@@ -1,0 +1,181 @@
+"""Many sentences through the searches: batch by batch, or greedy with continuous batching.
+
+`translate_ids` decodes sources sorted by length (longest first) in batches of
+decode.batch_size and gives the results back in input order. Greedy search goes further when
+decode.continuous is on (the default): the batch's rows are refilled with the next sentences
+as soon as a share of them (1 / REFILL) has finished, each row decoding from its own position
+(the iteration-level scheduling of Yu et al. 2022, "Orca: A Distributed Serving System for
+Transformer-Based Generative Models"), so a batch's long tail (a sentence looping to its
+length limit) runs beside new sentences instead of alone. Rows that finished wait for the
+refill (their steps are not read); with no sentence left to start, they leave the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from seq2seq.config.schema import DecodeConfig, SearchKind
+from seq2seq.data.batching import sentence_batches
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.decode.ensemble import SearchModel
+from seq2seq.decode.search import (
+    Bounds,
+    Hypothesis,
+    decode_batch,
+    keep_rows,
+    length_limits,
+    most_probable,
+    pad_sources,
+    step_logprobs,
+    strip_eos,
+)
+from seq2seq.model.layers import LayerCache
+
+# finished rows are refilled (or, with no sentence left, dropped) once they are this share
+# (1 / REFILL) of the rows: each refill encodes the new sentences in one call
+REFILL = 8
+
+
+def translate_ids(
+    model: SearchModel,
+    src_ids: list[list[int]],
+    cfg: DecodeConfig,
+    max_src_len: int = 1024,
+    min_len: int = 0,
+) -> list[list[Hypothesis]]:
+    """Decode many sources in length-sorted batches (greedy: continuously, when
+    cfg.continuous); results come back in input order."""
+    device = next(model.parameters()).device
+    results: list[list[Hypothesis]] = [[] for _ in src_ids]
+    was_training = model.training
+    model.eval()
+    if cfg.method == SearchKind.greedy and cfg.continuous:
+        best = continuous_greedy(model, src_ids, cfg, max_src_len, min_len)
+        model.train(was_training)
+        return [[h] for h in best]
+    for index in sentence_batches([len(s) for s in src_ids], cfg.batch_size):
+        src = pad_sources([src_ids[i] for i in index], max_src_len, device)  # (B, S)
+        found = decode_batch(model, src, cfg, min_len, index)
+        for i, hyps in zip(index, found, strict=True):
+            results[i] = hyps
+    model.train(was_training)
+    return results
+
+
+@dataclass
+class _Rows:
+    """The rows continuous greedy search decodes side by side, each holding a sentence or
+    (`sentence` -1) waiting for one."""
+
+    sentence: Tensor  # (N,) each row's index in the input, -1 once it has finished
+    length: Tensor  # (N,) tokens out so far
+    score: Tensor  # (N,) summed log-probabilities
+    tokens: Tensor  # (N, L) ids so far, PAD after them
+    token: Tensor  # (N, 1) the next decoder input
+    bounds: Bounds
+
+    @staticmethod
+    def start(sentence: Tensor, limit: int, max_len: Tensor, min_len: Tensor) -> _Rows:
+        """The first sentences (B,), a row each, at BOS; outputs of at most `limit` tokens."""
+        n, device = sentence.numel(), sentence.device
+        tokens = torch.full((n, limit), PAD_ID, dtype=torch.long, device=device)  # (N, L)
+        token = torch.full((n, 1), BOS_ID, dtype=torch.long, device=device)  # (N, 1)
+        zeros = torch.zeros(n, dtype=torch.long, device=device)
+        return _Rows(sentence, zeros, zeros.float(), tokens, token, Bounds(max_len, min_len))
+
+    def fill(self, slots: Tensor, sentence: Tensor, max_len: Tensor, min_len: Tensor) -> None:
+        """New sentences (B',) in the rows `slots` (B',), at BOS."""
+        self.sentence[slots], self.length[slots], self.score[slots] = sentence, 0, 0.0
+        self.tokens[slots], self.token[slots] = PAD_ID, BOS_ID
+        limits, floors = self.bounds.max_len.clone(), self.bounds.min_len.clone()
+        limits[slots], floors[slots] = max_len, min_len
+        self.bounds = Bounds(limits, floors)
+
+    def keep(self, rows: Tensor) -> None:
+        """Only the rows `rows` (N',)."""
+        self.sentence, self.length = self.sentence[rows], self.length[rows]
+        self.score, self.tokens, self.token = self.score[rows], self.tokens[rows], self.token[rows]
+        self.bounds = self.bounds.select(rows)
+
+
+@torch.inference_mode()
+def continuous_greedy(
+    model: SearchModel,
+    src_ids: list[list[int]],
+    cfg: DecodeConfig,
+    max_src_len: int = 1024,
+    min_len: int = 0,
+) -> list[Hypothesis]:
+    """Greedy search over all of src_ids, cfg.batch_size rows at a time, longest sources first,
+    with continuous batching (see the module docstring). The caches hold every row's
+    cross-attention keys, so decode never reads the memory it is passed. The same hypotheses
+    as `greedy_search` batch by batch, up to float rounding."""
+    device, width = next(model.parameters()).device, cfg.batch_size
+    order = [i for batch in sentence_batches([len(s) for s in src_ids], 1) for i in batch]
+    src_len = torch.tensor([min(len(s), max_src_len) + 1 for s in src_ids], device=device)
+    limits = length_limits(src_len, cfg.max_len_a, cfg.max_len_b)  # (n,) EOS included
+    found: list[Hypothesis | None] = [None] * len(src_ids)
+    if not src_ids:
+        return []
+    cache = model.new_cache(int(limits.max()))
+    first = torch.tensor(order[:width], device=device)  # (N,)
+    memory, src_mask = _add(model, cache, first, src_ids, max_src_len, None)
+    rows = _Rows.start(first, int(limits.max()), limits[first], torch.full_like(first, min_len))
+    waiting, idle = first.numel(), 0  # next sentence to start; rows waiting for one
+    while rows.sentence.numel():
+        logits = model.decode(rows.token, memory[:0], src_mask[:0], cache)[:, -1]  # (N, V)
+        logprobs = step_logprobs(logits, rows.length, rows.bounds, 1)[:, 0]  # (N, V)
+        logprob, best = most_probable(logprobs, rows.sentence, 0)  # (N,) each
+        rows.tokens[torch.arange(best.numel(), device=device), rows.length] = best
+        rows.score += logprob
+        rows.length += 1
+        rows.token = best[:, None]
+        ended = best.eq(EOS_ID) & rows.sentence.ge(0)  # (N,) EOS ends each sentence in time
+        if bool(ended.any()):
+            done = ended.nonzero().squeeze(1)  # (R,)
+            _record(found, rows, done)
+            rows.sentence[done], rows.length[done] = -1, 0
+            for layer_cache in cache:
+                layer_cache.reset_rows(done)
+            idle += done.numel()
+        if idle < max(1, rows.sentence.numel() // REFILL):
+            continue
+        free = rows.sentence.lt(0).nonzero().squeeze(1)  # (idle,)
+        if waiting < len(order):  # the next sentences take the free rows
+            join = torch.tensor(order[waiting : waiting + free.numel()], device=device)
+            slots, waiting = free[: join.numel()], waiting + join.numel()
+            _add(model, cache, join, src_ids, max_src_len, slots)
+            rows.fill(slots, join, limits[join], torch.full_like(join, min_len))
+            idle -= join.numel()
+        else:  # nothing left to start: the free rows leave
+            kept = rows.sentence.ge(0).nonzero().squeeze(1)  # (N',)
+            rows.keep(kept)
+            keep_rows(cache, kept, kept)
+            idle = 0
+    return [h for h in found if h is not None]
+
+
+def _add(
+    model: SearchModel,
+    cache: list[LayerCache],
+    sentences: Tensor,
+    src_ids: list[list[int]],
+    max_src_len: int,
+    slots: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """Encode the sources of `sentences` (B',) and put them in the rows `slots` of the caches
+    (None: after their rows); their memory (B', S, D) and src_mask (B', S)."""
+    src = pad_sources([src_ids[i] for i in sentences.tolist()], max_src_len, sentences.device)
+    memory, src_mask = model.encode(src)  # (B', S, D), (B', S)
+    model.add_sentences(cache, memory, src_mask, slots)
+    return memory, src_mask
+
+
+def _record(found: list[Hypothesis | None], rows: _Rows, done: Tensor) -> None:
+    """The hypotheses of the rows `done` (R,), which have just output EOS, in `found`."""
+    sentences, tokens = rows.sentence[done].tolist(), rows.tokens[done].tolist()
+    for i, ids, score in zip(sentences, tokens, rows.score[done].tolist(), strict=True):
+        found[i] = Hypothesis(strip_eos(ids), score)

@@ -1,0 +1,129 @@
+"""Continuous batching (seq2seq/decode/search.py continuous_greedy): rows refilled with new
+sentences mid-search decode from their own positions and give what batch-by-batch greedy
+search gives, for every positional encoding."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from seq2seq.config.schema import DecodeConfig, PosKind, SearchKind
+from seq2seq.data.tokenizer import EOS_ID
+from seq2seq.decode import schedule
+from seq2seq.decode.ensemble import Ensemble
+from seq2seq.decode.schedule import continuous_greedy, translate_ids
+from seq2seq.decode.search import Hypothesis
+from seq2seq.model.transformer import EncoderDecoder
+
+MakeModel = Callable[..., EncoderDecoder]
+
+
+def random_ids(n: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    """n sources of 1..12 word ids (no specials), in no particular order of length."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 13, (n,), generator=gen).tolist()
+    return [torch.randint(4, vocab, (k,), generator=gen).tolist() for k in lengths]
+
+
+def batch_by_batch(model: Ensemble | EncoderDecoder, ids: list[list[int]], cfg: DecodeConfig):
+    return translate_ids(model, ids, dataclasses.replace(cfg, continuous=False))
+
+
+def assert_same(got: list[list[Hypothesis]], want: list[list[Hypothesis]]) -> None:
+    """The same tokens, and scores within float32 rounding."""
+    assert [h[0].tokens for h in got] == [h[0].tokens for h in want]
+    torch.testing.assert_close(
+        torch.tensor([h[0].score for h in got], dtype=torch.float64),
+        torch.tensor([h[0].score for h in want], dtype=torch.float64),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("kind", list(PosKind))
+def test_refilled_rows_decode_as_batch_by_batch(make_model: MakeModel, kind: PosKind) -> None:
+    """Every encoding (embedding, rotation, bias and Shaw's values hooks) sees each row's own
+    positions: 17 sentences through 4 rows, refilled one at a time (max_len_a=2, so outputs
+    end at different steps; min_len=3 masks EOS at the start of a joining row)."""
+    model = make_model(kind, layers=2, seed=5).double()
+    ids = random_ids(17, 24)
+    cfg = DecodeConfig(method=SearchKind.greedy, batch_size=4, max_len_a=2.0, max_len_b=1)
+    got = translate_ids(model, ids, cfg, min_len=3)
+    want = translate_ids(model, ids, dataclasses.replace(cfg, continuous=False), min_len=3)
+    assert_same(got, want)
+    lengths = {len(h[0].tokens) for h in got}
+    assert len(lengths) > 3  # rows really ended at different steps
+
+
+def test_trained_model_stops_with_eos_and_refills(
+    trained: EncoderDecoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a model that emits EOS, sentences leave at their own step and new ones join: the
+    refills happen (counted), and the outputs are batch-by-batch greedy's."""
+    ids = random_ids(40, 16, seed=3)
+    cfg = DecodeConfig(method=SearchKind.greedy, batch_size=8)
+    joins: list[int] = []
+    add = trained.add_sentences
+    monkeypatch.setattr(
+        trained,
+        "add_sentences",
+        lambda c, m, s, slots: (joins.append(m.size(0)), add(c, m, s, slots))[1],
+    )
+    got = translate_ids(trained, ids, cfg)
+    assert sum(joins) == 40
+    assert len(joins) > 5
+    assert max(joins) == 8
+    monkeypatch.undo()
+    assert_same(got, batch_by_batch(trained, ids, cfg))
+    assert any(h[0].tokens for h in got)
+
+
+def test_refill_waits_for_a_share_of_free_rows(
+    trained: EncoderDecoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New sentences join once batch_size / REFILL rows are free (here 2 of 16), never fewer."""
+    joins: list[int] = []
+    add = trained.add_sentences
+    monkeypatch.setattr(
+        trained,
+        "add_sentences",
+        lambda c, m, s, slots: (joins.append(m.size(0)), add(c, m, s, slots))[1],
+    )
+    monkeypatch.setattr(schedule, "REFILL", 8)
+    ids = random_ids(60, 16, seed=4)
+    translate_ids(trained, ids, DecodeConfig(method=SearchKind.greedy, batch_size=16))
+    assert joins[0] == 16
+    assert all(n >= 2 for n in joins[1:-1])
+
+
+def test_ensemble_refills_every_model(make_model: MakeModel) -> None:
+    """An ensemble adds the new sentences to each model's caches, with its share of memory."""
+    models = [make_model(k, layers=1, seed=s).double() for k, s in (("rope", 1), ("alibi", 2))]
+    ensemble = Ensemble(models)
+    ids = random_ids(9, 24, seed=2)
+    cfg = DecodeConfig(method=SearchKind.greedy, batch_size=3, max_len_a=1.5, max_len_b=2)
+    assert_same(translate_ids(ensemble, ids, cfg), batch_by_batch(ensemble, ids, cfg))
+
+
+def test_limits_and_min_len_per_row(make_model: MakeModel) -> None:
+    """Each row stops at its own a * |src| + b (EOS forced there, EOS counted) and never
+    before min_len."""
+    model = make_model("sinusoidal", layers=1, seed=9)
+    ids = random_ids(11, 24, seed=6)
+    cfg = DecodeConfig(method=SearchKind.greedy, batch_size=3, max_len_a=1.0, max_len_b=0)
+    found = continuous_greedy(model, ids, cfg, min_len=2)
+    for src, hyp in zip(ids, found, strict=True):
+        assert 1 <= len(hyp.tokens) + 1 <= max(len(src) + 1, 2)
+        assert EOS_ID not in hyp.tokens
+
+
+def test_empty_input_and_one_sentence(make_model: MakeModel) -> None:
+    model = make_model("rope", layers=1)
+    cfg = DecodeConfig(method=SearchKind.greedy, batch_size=4)
+    assert continuous_greedy(model, [], cfg) == []
+    one = continuous_greedy(model, [[5, 6, 7]], cfg)
+    assert len(one) == 1
+    assert one[0].tokens == batch_by_batch(model, [[5, 6, 7]], cfg)[0][0].tokens
