@@ -52,8 +52,10 @@ class LayerCache:
         self.cross_k: Tensor | None = None  # (B, H, S, Dh): encoder keys, computed once
         self.cross_v: Tensor | None = None  # (B, H, S, Dh)
         self.cross_bias: Tensor | None = None  # (B, 1, 1, S): 0 at source tokens, -inf at pads
-        # buffers start at zero: the positions a row has not reached are masked, but read (a
-        # masked NaN from uninitialized memory would still make NaN: 0 x NaN)
+        # with rows at their own positions, buffers start at zero: the positions a row has not
+        # reached are masked, but read (a masked NaN from uninitialized memory would still make
+        # NaN: 0 x NaN); rows at one position never read past it (and a beam's large buffers
+        # are not written through)
 
     @property
     def _kv(self) -> Tensor | None:
@@ -114,11 +116,17 @@ class LayerCache:
             return old[:, : self.rows]
         size = max(end, self.capacity, 0 if old is None else 2 * old.size(3))
         _, n, h, _, dh = kv.shape
-        full = kv.new_zeros(2, n if old is None else old.size(1), h, size, dh)  # (2, R, H, C, Dh)
+        full = self._alloc(
+            kv, 2, n if old is None else old.size(1), h, size, dh
+        )  # (2, R, H, C, Dh)
         if old is not None:
             full[:, : self.rows, :, : self.length] = old[:, : self.rows, :, : self.length]
         self._full, self._spare, self.rows = full, None, n
         return full[:, :n]
+
+    def _alloc(self, like: Tensor, *shape: int) -> Tensor:
+        """A new buffer like `like`: zeros once rows have their own lengths, else unwritten."""
+        return like.new_zeros(shape) if self.lengths is not None else like.new_empty(shape)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep the hypotheses `rows` (beam search continues some, several times or not at all)
@@ -128,7 +136,7 @@ class LayerCache:
         if full is not None:
             spare = self._spare
             if spare is None or spare.size(1) < n:
-                spare = full.new_zeros(2, max(n, full.size(1)), *full.shape[2:])
+                spare = self._alloc(full, 2, max(n, full.size(1)), *full.shape[2:])
             out = spare[:, :n, :, :t]  # (2, N', H, t, Dh)
             torch.index_select(full[:, : self.rows, :, :t], 1, rows, out=out)
             self._full, self._spare = spare, full
