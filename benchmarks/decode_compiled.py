@@ -8,7 +8,7 @@ where it is used; it writes nothing. The model is decode_ops.py's (the Multi30k 
 model=tiny, vocabulary 8,000, randomly initialised; sinusoidal). The compiled engine is
 `torch.compile(model.decode, dynamic=True)` on the plain-PyTorch kernels (kernels mode
 reference: the CPU fast paths keep Python state that Dynamo would break its graph on), with
-the model's own key/value cache (seq2seq.model.layers.LayerCache), so the searches could call it
+the model's own key/value cache (seq2seq.model.cache.LayerCache), so the searches could call it
 unchanged. For each number of rows (1: one sentence; 5: its beams; 64: a batch), both engines
 decode greedily from BOS for --steps steps over random sources, and the script prints the
 compile time (every shape first, two source lengths each), Dynamo's frames, recompilations and
@@ -29,7 +29,7 @@ from seq2seq import kernels
 from seq2seq.config.schema import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID
 from seq2seq.model.absolute import Sinusoidal
-from seq2seq.model.layers import LayerCache
+from seq2seq.model.cache import LayerCache
 from seq2seq.model.transformer import EncoderDecoder
 
 VOCAB = 8000

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.data.tokenizer import Tokenizer, tokenizer_bytes
-from seq2seq.model.layers import LayerCache
+from seq2seq.model.cache import LayerCache
 from seq2seq.model.transformer import EncoderDecoder
 from seq2seq.train.checkpoint import CheckpointError
 

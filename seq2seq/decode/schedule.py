@@ -32,7 +32,7 @@ from seq2seq.decode.search import (
     step_logprobs,
     strip_eos,
 )
-from seq2seq.model.layers import LayerCache
+from seq2seq.model.cache import LayerCache
 
 # finished rows are refilled (or, with no sentence left, dropped) once they are this share
 # (1 / REFILL) of the rows: each refill encodes the new sentences in one call

@@ -24,7 +24,7 @@ from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decode.ensemble import SearchModel
 from seq2seq.decode.sampling import Sampler, uniform_table
-from seq2seq.model.layers import LayerCache
+from seq2seq.model.cache import LayerCache
 
 NEG_INF = float("-inf")
 

@@ -16,7 +16,8 @@ from seq2seq import kernels
 from seq2seq.config.schema import ModelConfig, PosEncodingConfig, TrainConfig
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.absolute import Learned, Rotary, Sinusoidal
-from seq2seq.model.layers import DecoderLayer, EncoderLayer, LayerCache, LayerSpec, Linear
+from seq2seq.model.cache import LayerCache
+from seq2seq.model.layers import DecoderLayer, EncoderLayer, LayerSpec, Linear
 from seq2seq.model.positional import Offset, PerLayer, PositionalEncoding
 from seq2seq.model.relative import ALiBi, Fire, Kerple, ShawRelative, T5Bias
 

@@ -1,4 +1,4 @@
-"""Continuous batching (seq2seq/decode/search.py continuous_greedy): rows refilled with new
+"""Continuous batching (seq2seq/decode/schedule.py continuous_greedy): rows refilled with new
 sentences mid-search decode from their own positions and give what batch-by-batch greedy
 search gives, for every positional encoding."""
 

@@ -1,5 +1,5 @@
 """Tests for seq2seq.model.layers: attention against a written-out reference, residual
-blocks, caches, encoder and decoder layers."""
+blocks, encoder and decoder layers (cached decoding included)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2seq import kernels
+from seq2seq.model.cache import LayerCache
 from seq2seq.model.layers import (
     DecoderLayer,
     EncoderLayer,
-    LayerCache,
     LayerSpec,
     MultiHeadAttention,
     Residual,
@@ -203,59 +203,6 @@ def test_residual_dropout_only_in_training() -> None:
 SPEC = LayerSpec(
     d_model=16, n_heads=4, d_ff=32, dropout=0.0, attn_dropout=0.0, ffn_dropout=0.0, norm_first=True
 )
-
-
-def filled_cache(rows: int, steps: int, capacity: int = 0) -> LayerCache:
-    """A cache whose key at (row r, step t) is 10 * r + t and whose value is its negative."""
-    cache = LayerCache(capacity)
-    for t in range(steps):
-        k = (10.0 * torch.arange(rows) + t).view(rows, 1, 1, 1)  # (N, H=1, 1, Dh=1)
-        cache.append(torch.stack((k, -k)))  # (2, N, H, 1, Dh)
-    return cache
-
-
-@pytest.mark.parametrize("capacity", [0, 2, 8], ids=["grow-from-empty", "grow", "preallocated"])
-def test_layer_cache_append_keeps_every_step(capacity: int) -> None:
-    cache = filled_cache(rows=2, steps=5, capacity=capacity)
-    assert cache.length == 5
-    assert cache.self_k is not None
-    assert cache.self_v is not None
-    assert cache.self_k.shape == (2, 1, 5, 1)
-    assert cache.self_k.flatten(1).tolist() == [[0, 1, 2, 3, 4], [10, 11, 12, 13, 14]]
-    torch.testing.assert_close(cache.self_v, -cache.self_k)
-
-
-def test_layer_cache_append_returns_the_whole_history() -> None:
-    cache = filled_cache(rows=1, steps=2, capacity=4)
-    new = torch.stack((torch.full((1, 1, 2, 1), 7.0), torch.zeros(1, 1, 2, 1)))
-    new_k, k, v = cache.append(new)
-    assert k.flatten().tolist() == [0.0, 1.0, 7.0, 7.0]
-    assert v.flatten().tolist() == [0.0, -1.0, 0.0, 0.0]
-    new_k.mul_(2)  # the new keys are the cache's own: rotated in place there
-    assert cache.self_k is not None
-    assert cache.self_k.flatten().tolist() == [0.0, 1.0, 14.0, 14.0]
-
-
-def test_layer_cache_reorder_rows_and_sentences() -> None:
-    """Hypothesis rows are reordered (repeated, dropped); cross-attention rows are per sentence
-    and only change when sentences are dropped; later appends land after the reordered rows."""
-    cache = filled_cache(rows=3, steps=2, capacity=4)
-    cache.cross_k = torch.arange(2.0).view(2, 1, 1, 1) * 100  # 2 sentences
-    cache.cross_v = -cache.cross_k
-    cache.cross_bias = torch.tensor([[0.0, -math.inf], [0.0, 0.0]])[:, None, None, :]
-    cache.reorder(torch.tensor([2, 2, 0]))
-    assert cache.self_k is not None
-    assert cache.cross_k is not None
-    assert cache.self_k.flatten(1).tolist() == [[20, 21], [20, 21], [0, 1]]
-    assert cache.cross_k.flatten().tolist() == [0.0, 100.0]
-    cache.reorder(torch.tensor([1]), sentences=torch.tensor([1]))
-    assert cache.cross_k.flatten().tolist() == [100.0]
-    assert cache.cross_v is not None
-    assert cache.cross_v.flatten().tolist() == [-100.0]
-    assert cache.cross_bias is not None
-    assert cache.cross_bias.flatten().tolist() == [0.0, 0.0]
-    cache.append(torch.stack((torch.full((1, 1, 1, 1), 5.0), torch.zeros(1, 1, 1, 1))))
-    assert cache.self_k.flatten().tolist() == [20.0, 21.0, 5.0]
 
 
 def test_decoder_layer_cache_matches_full() -> None:
