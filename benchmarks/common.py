@@ -45,6 +45,33 @@ def child_pythonpath() -> str:
     return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 
+def measure_this_checkout() -> None:
+    """Make this checkout's seq2seq the one imported, here and in every child process: a
+    benchmark run from a git worktree of a fixed commit measures that commit, not the checkout
+    an editable install points at (which may be edited while the benchmark runs)."""
+    if sys.path[:1] != [str(ROOT)]:
+        sys.path.insert(0, str(ROOT))
+    if not os.environ.get("PYTHONPATH", "").startswith(str(ROOT)):
+        os.environ["PYTHONPATH"] = child_pythonpath()
+
+
+def code_version() -> str:
+    """The commit of this checkout (short hash), "+changes" when tracked files differ from it;
+    "unknown" outside a git checkout (an installed copy)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return "unknown"
+    return commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+measure_this_checkout()
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process, in MB. getrusage's ru_maxrss survives execve, so a
     worker process would report its parent's peak if larger: read the kernel's VmHWM where
@@ -98,6 +125,7 @@ def write_json(name: str, payload: dict) -> Path:
         **machine_fields(),
         "date": dt.date.today().isoformat(),
         "command": command(),
+        "code": code_version(),
         **payload,
     }
     path = RESULTS / f"{name}.json"
@@ -110,7 +138,7 @@ def update_doc(name: str, title: str, body: str) -> None:
     start, end = f"<!-- bench:{name} start -->", f"<!-- bench:{name} end -->"
     header = (
         f"## {title}\n\nCommand: `{command()}`  \n"
-        f"Date: {dt.date.today().isoformat()}, machine: {machine()}\n\n"
+        f"Date: {dt.date.today().isoformat()}, code: {code_version()}, machine: {machine()}\n\n"
     )
     from seq2seq.evaluation.markdown import write_section  # here: the CT2 worker imports no seq2seq
 

@@ -1,6 +1,6 @@
-"""The engines benchmarks/decode.py compares, one per process: ours (seq2seq.decode.search), Hugging
-Face transformers (MarianMTModel.generate, with its sdpa and its eager attention) and CTranslate2
-(float32, int8).
+"""The engines benchmarks/decode.py compares, one per process: ours (seq2seq.decode.schedule
+and search), Hugging Face transformers (MarianMTModel.generate, with its sdpa and its eager
+attention) and CTranslate2 (float32, int8).
 
 Each gets the same length-sorted batches of token ids and the same settings, decodes them all once
 after one warm-up batch, and returns the outputs and the time; in the greedy forced mode it also
@@ -75,7 +75,7 @@ Runner = Callable[["Inputs", Mode], Result]
 
 
 def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list[list[int]]]:
-    """Our model and seq2seq.decode.search.translate_ids (length-sorted batches, as the others
+    """Our model and seq2seq.decode.schedule.translate_ids (length-sorted batches, as the others
     get)."""
     import torch
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -459,3 +460,33 @@ def test_decode_floor_computes_model_decode(monkeypatch: pytest.MonkeyPatch) -> 
                 tokens = ours.argmax(-1)
     with pytest.raises(SystemExit, match="pre-norm sinusoidal"):
         decode_floor.Floor(_make_model("sinusoidal", norm_first=False), memory, 6)
+
+
+def test_a_benchmark_measures_the_checkout_it_is_in(tmp_path: Path) -> None:
+    """common.py puts its own checkout first, for the benchmark and its child processes: run
+    from a git worktree of a fixed commit, a benchmark imports that commit's seq2seq, never the
+    checkout an editable install points at. Here a stand-in checkout (tmp) has its own seq2seq
+    package, which must win over the installed one, in the process and in a child."""
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "common.py").write_text((BENCH / "common.py").read_text())
+    (tmp_path / "seq2seq").mkdir()
+    (tmp_path / "seq2seq" / "__init__.py").write_text("STAND_IN = True\n")
+    probe = (
+        "import os, subprocess, sys; sys.path.insert(0, sys.argv[1]); import common, seq2seq;"
+        "child = subprocess.run([sys.executable, '-c', 'import seq2seq; print(seq2seq.__file__)'],"
+        " capture_output=True, text=True, check=True, cwd='/');"
+        "print(seq2seq.__file__); print(child.stdout.strip()); print(common.code_version())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "benchmarks")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+        env=env,
+    )
+    here, child, code = done.stdout.split()
+    assert Path(here).parent == tmp_path / "seq2seq"
+    assert Path(child).parent == tmp_path / "seq2seq"
+    assert code == "unknown"  # no git checkout there
