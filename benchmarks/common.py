@@ -46,9 +46,13 @@ def child_pythonpath() -> str:
 
 
 def measure_this_checkout() -> None:
-    """Make this checkout's seq2seq the one imported, here and in every child process: a
-    benchmark run from a git worktree of a fixed commit measures that commit, not the checkout
-    an editable install points at (which may be edited while the benchmark runs)."""
+    """Make this checkout's seq2seq the one imported, here and in every child process, when
+    the running script is one of its benchmarks: a benchmark run from a git worktree of a fixed
+    commit measures that commit, not the checkout an editable install points at (which may be
+    edited while the benchmark runs). Another program importing this module (pytest) keeps its
+    own path and environment."""
+    if Path(sys.argv[0]).resolve().parent != ROOT / "benchmarks":
+        return
     if sys.path[:1] != [str(ROOT)]:
         sys.path.insert(0, str(ROOT))
     if not os.environ.get("PYTHONPATH", "").startswith(str(ROOT)):

@@ -463,30 +463,29 @@ def test_decode_floor_computes_model_decode(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_a_benchmark_measures_the_checkout_it_is_in(tmp_path: Path) -> None:
-    """common.py puts its own checkout first, for the benchmark and its child processes: run
-    from a git worktree of a fixed commit, a benchmark imports that commit's seq2seq, never the
-    checkout an editable install points at. Here a stand-in checkout (tmp) has its own seq2seq
-    package, which must win over the installed one, in the process and in a child."""
+    """common.py puts its own checkout first, for a benchmark script and its child processes:
+    run from a git worktree of a fixed commit, a benchmark imports that commit's seq2seq, never
+    the checkout an editable install points at. Here a stand-in checkout (tmp) has its own
+    seq2seq package and a benchmark script, whose seq2seq must be the stand-in, in its process
+    and in a child; a program that is not a benchmark (pytest here) keeps its own path."""
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "common.py").write_text((BENCH / "common.py").read_text())
     (tmp_path / "seq2seq").mkdir()
     (tmp_path / "seq2seq" / "__init__.py").write_text("STAND_IN = True\n")
-    probe = (
-        "import os, subprocess, sys; sys.path.insert(0, sys.argv[1]); import common, seq2seq;"
+    probe = tmp_path / "benchmarks" / "probe.py"
+    probe.write_text(
+        "import subprocess, sys\n"
+        "import common, seq2seq\n"
         "child = subprocess.run([sys.executable, '-c', 'import seq2seq; print(seq2seq.__file__)'],"
-        " capture_output=True, text=True, check=True, cwd='/');"
-        "print(seq2seq.__file__); print(child.stdout.strip()); print(common.code_version())"
+        " capture_output=True, text=True, check=True, cwd='/')\n"
+        "print(seq2seq.__file__, child.stdout.strip(), common.code_version())\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [sys.executable, "-c", probe, str(tmp_path / "benchmarks")],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd="/",
-        env=env,
+        [sys.executable, str(probe)], capture_output=True, text=True, check=True, cwd="/", env=env
     )
     here, child, code = done.stdout.split()
     assert Path(here).parent == tmp_path / "seq2seq"
     assert Path(child).parent == tmp_path / "seq2seq"
     assert code == "unknown"  # no git checkout there
+    assert str(tmp_path) not in os.environ.get("PYTHONPATH", "")  # pytest's own is untouched
