@@ -116,8 +116,9 @@ def test_limits_and_min_len_per_row(make_model: MakeModel) -> None:
     cfg = DecodeConfig(method=SearchKind.greedy, batch_size=3, max_len_a=1.0, max_len_b=0)
     found = continuous_greedy(model, ids, cfg, min_len=2)
     for src, hyp in zip(ids, found, strict=True):
-        assert 1 <= len(hyp.tokens) + 1 <= max(len(src) + 1, 2)
+        assert 2 <= len(hyp.tokens) + 1 <= len(src) + 1  # EOS counted; |src| counts EOS too
         assert EOS_ID not in hyp.tokens
+    assert any(len(h.tokens) == len(src) for h, src in zip(found, ids, strict=True))
 
 
 def test_empty_input_and_one_sentence(make_model: MakeModel) -> None:
