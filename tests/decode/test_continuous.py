@@ -32,6 +32,18 @@ def batch_by_batch(model: Ensemble | EncoderDecoder, ids: list[list[int]], cfg: 
     return translate_ids(model, ids, dataclasses.replace(cfg, continuous=False))
 
 
+def count_joins(model: EncoderDecoder, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of sentences each call of model.add_sentences puts in the rows, from now on."""
+    joins: list[int] = []
+    add = model.add_sentences
+    monkeypatch.setattr(
+        model,
+        "add_sentences",
+        lambda c, m, s, slots: (joins.append(m.size(0)), add(c, m, s, slots))[1],
+    )
+    return joins
+
+
 def assert_same(got: list[list[Hypothesis]], want: list[list[Hypothesis]]) -> None:
     """The same tokens, and scores within float32 rounding."""
     assert [h[0].tokens for h in got] == [h[0].tokens for h in want]
@@ -65,13 +77,7 @@ def test_trained_model_stops_with_eos_and_refills(
     refills happen (counted), and the outputs are batch-by-batch greedy's."""
     ids = random_ids(40, 16, seed=3)
     cfg = DecodeConfig(method=SearchKind.greedy, batch_size=8)
-    joins: list[int] = []
-    add = trained.add_sentences
-    monkeypatch.setattr(
-        trained,
-        "add_sentences",
-        lambda c, m, s, slots: (joins.append(m.size(0)), add(c, m, s, slots))[1],
-    )
+    joins = count_joins(trained, monkeypatch)
     got = translate_ids(trained, ids, cfg)
     assert sum(joins) == 40
     assert len(joins) > 5
@@ -85,13 +91,7 @@ def test_refill_waits_for_a_share_of_free_rows(
     trained: EncoderDecoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """New sentences join once batch_size / REFILL rows are free (here 2 of 16), never fewer."""
-    joins: list[int] = []
-    add = trained.add_sentences
-    monkeypatch.setattr(
-        trained,
-        "add_sentences",
-        lambda c, m, s, slots: (joins.append(m.size(0)), add(c, m, s, slots))[1],
-    )
+    joins = count_joins(trained, monkeypatch)
     monkeypatch.setattr(schedule, "REFILL", 8)
     ids = random_ids(60, 16, seed=4)
     translate_ids(trained, ids, DecodeConfig(method=SearchKind.greedy, batch_size=16))
