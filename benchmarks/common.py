@@ -8,6 +8,7 @@ which slows CTranslate2 down."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import resource
@@ -57,11 +58,13 @@ def measure_this_checkout() -> None:
         sys.path.insert(0, str(ROOT))
     if not os.environ.get("PYTHONPATH", "").startswith(str(ROOT)):
         os.environ["PYTHONPATH"] = child_pythonpath()
+    code_version()  # read now, before the benchmark writes its own results into the tree
 
 
+@functools.cache
 def code_version() -> str:
     """The commit of this checkout (short hash), "+changes" when tracked files differ from it;
-    "unknown" outside a git checkout (an installed copy)."""
+    "unknown" outside a git checkout (an installed copy). Read once, as the benchmark starts."""
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)

@@ -489,3 +489,31 @@ def test_a_benchmark_measures_the_checkout_it_is_in(tmp_path: Path) -> None:
     assert Path(child).parent == tmp_path / "seq2seq"
     assert code == "unknown"  # no git checkout there
     assert str(tmp_path) not in os.environ.get("PYTHONPATH", "")  # pytest's own is untouched
+
+
+def test_the_recorded_code_is_the_commit_the_benchmark_started_on(tmp_path: Path) -> None:
+    """code_version is read as a benchmark script starts: the results it then writes into the
+    tree (tracked files) do not mark the code as changed; a tree changed before it starts is."""
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "common.py").write_text((BENCH / "common.py").read_text())
+    (tmp_path / "results.json").write_text("{}\n")
+    probe = tmp_path / "benchmarks" / "probe.py"
+    probe.write_text(
+        "import pathlib, common\n"
+        "pathlib.Path(common.ROOT, 'results.json').write_text('{\"new\": 1}\\n')\n"
+        "print(common.code_version())\n"
+    )
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "c"], check=True)
+    commit = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+    def recorded() -> str:
+        run = [sys.executable, str(probe)]
+        return subprocess.run(run, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert recorded() == commit  # the run's own results.json does not count
+    assert recorded() == f"{commit}+changes"  # the tree it started on had changed
