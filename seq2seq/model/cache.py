@@ -159,10 +159,11 @@ class LayerCache:
         self.lengths = torch.cat((self.lengths, self.lengths.new_zeros(new)))  # (N + B',)
         if self.cross_k is None or self.cross_v is None or self.cross_bias is None or n == 0:
             self.cross_k, self.cross_v, self.cross_bias = cross_k, cross_v, cross_bias
-        else:
-            self.cross_k = _cat_padded(self.cross_k, cross_k, -2, 0.0)  # (N + B', H, S, Dh)
-            self.cross_v = _cat_padded(self.cross_v, cross_v, -2, 0.0)
-            self.cross_bias = _cat_padded(self.cross_bias, cross_bias, -1, float("-inf"))
+        else:  # (N + B', H, S, Dh) each, (N + B', 1, 1, S)
+            self.cross_k, self.cross_v, self.cross_bias = (
+                torch.cat((old, part), 0)
+                for old, part in _same_source_length(self._cross(), (cross_k, cross_v, cross_bias))
+            )
         full = self._full
         if full is not None and full.size(1) < n + new:  # room for the new rows, masked
             room = full.new_zeros(2, max(n + new, 2 * full.size(1)), *full.shape[2:])
@@ -173,18 +174,32 @@ class LayerCache:
             self.length = 0
 
     def _fill_rows(self, slots: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> None:
-        if self.lengths is None or self.cross_k is None or self.cross_v is None:
+        if self.lengths is None:
             raise ValueError("rows are filled after add_rows has put sentences in them")
-        assert self.cross_bias is not None
-        self.lengths[slots] = 0
-        self.length = int(self.lengths.max())
-        size = max(self.cross_k.size(-2), k.size(-2))
-        self.cross_k, k = _pad_to(self.cross_k, size, -2, 0.0), _pad_to(k, size, -2, 0.0)
-        self.cross_v, v = _pad_to(self.cross_v, size, -2, 0.0), _pad_to(v, size, -2, 0.0)
-        self.cross_bias = _pad_to(self.cross_bias, size, -1, float("-inf"))
-        bias = _pad_to(bias, size, -1, float("-inf"))
-        for old, new in ((self.cross_k, k), (self.cross_v, v), (self.cross_bias, bias)):
+        self.reset_rows(slots)
+        pairs = _same_source_length(self._cross(), (k, v, bias))
+        self.cross_k, self.cross_v, self.cross_bias = (old for old, _ in pairs)
+        for old, new in pairs:
             old.index_copy_(0, slots, new)
+
+    def _cross(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The cross-attention keys, values and padding bias, once sentences are in."""
+        if self.cross_k is None or self.cross_v is None or self.cross_bias is None:
+            raise ValueError("the cache holds no sentence yet (add_rows)")
+        return self.cross_k, self.cross_v, self.cross_bias
+
+
+def _same_source_length(
+    old: tuple[Tensor, Tensor, Tensor], new: tuple[Tensor, Tensor, Tensor]
+) -> list[tuple[Tensor, Tensor]]:
+    """Cross-attention keys, values (B, H, S, Dh) and padding bias (B, 1, 1, S), of the rows
+    already in and of new sentences, each pair padded to the longer source: keys and values
+    with zeros, the bias with -inf (the padded keys are never attended to)."""
+    size = max(old[0].size(-2), new[0].size(-2))
+    pairs = []
+    for a, b, dim, fill in zip(old, new, (-2, -2, -1), (0.0, 0.0, float("-inf")), strict=True):
+        pairs.append((_pad_to(a, size, dim, fill), _pad_to(b, size, dim, fill)))
+    return pairs
 
 
 def _pad_to(t: Tensor, size: int, dim: int, fill: float) -> Tensor:
@@ -193,10 +208,3 @@ def _pad_to(t: Tensor, size: int, dim: int, fill: float) -> Tensor:
     if pad == 0:
         return t
     return F.pad(t, (0, pad) if dim == -1 else (0, 0, 0, pad), value=fill)
-
-
-def _cat_padded(old: Tensor, new: Tensor, dim: int, fill: float) -> Tensor:
-    """Rows old (B, ...) and new (B', ...) stacked (B + B', ...), the shorter padded with `fill`
-    along `dim` (-1 or -2) to the longer's size there."""
-    size = max(old.size(dim), new.size(dim))
-    return torch.cat((_pad_to(old, size, dim, fill), _pad_to(new, size, dim, fill)), 0)
