@@ -9,7 +9,8 @@ greedily from BOS for --steps steps (EOS not stopping them), with the same weigh
 number of rows in --rows (1: one sentence; 64: a batch, every source of the same length):
 - ours: `model.decode` with the model's own key/value cache (kernels auto), as the searches
   call it, its float32 products on the backend greedy search would choose for that many rows
-  (seq2seq.decode.load.choose_products: the faster of oneDNN and ATen, timed here);
+  (seq2seq.decode.load.choose_products: the fastest of oneDNN and ATen for the small weights
+  and for the large ones, timed here);
 - floor: the same arithmetic written as few PyTorch calls as it takes, and nothing else: the
   weights taken out of the modules once (the self-attention's query, key and value products
   fused into one), a preallocated cache written in place, SDPA for both attentions, no module
@@ -38,6 +39,7 @@ from common import machine, median
 from decode_ops import SOURCE, tiny_model
 from torch import Tensor
 
+from seq2seq import kernels
 from seq2seq.config.schema import DecodeConfig, SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
 from seq2seq.decode.load import choose_products
@@ -162,7 +164,9 @@ def main() -> None:
     for rows in args.rows:
         greedy = DecodeConfig(method=SearchKind.greedy, batch_size=rows)
         chosen, _ = choose_products(model, model.cfg, greedy, model.out.weight.size(0))
-        print(f"rows {rows}: products {chosen or 'F.linear (few rows)'}")
+        shown = f"small weights {chosen[0]}, large weights {chosen[1]}" if chosen else "none"
+        few = f" (at most {kernels.SMALL_ROWS} rows: small weights F.linear)"
+        print(f"rows {rows}: products {shown}{few if rows <= kernels.SMALL_ROWS else ''}")
         compare(model, rows, args.steps, args.rounds)
 
 

@@ -6,8 +6,9 @@
 A one-off check for issue #29 (choices measured, not fixed on one CPU), quoted in
 docs/BENCHMARKS.md where it is used; it writes nothing. Two constants of seq2seq/kernels/cpu.py
 were chosen on an AMD EPYC and decide how a sentence decoded alone runs:
-- SMALL_ROWS: float32 products of at most this many rows go to F.linear (ATen) instead of the
-  products' backend (oneDNN or ATen, load.choose_products); 0 sends them to the backend too;
+- SMALL_ROWS: float32 products of at most this many rows by small weights go to F.linear
+  (ATen) instead of the products' backend (oneDNN or ATen, load.choose_products); 0 sends them
+  to the backend too;
 - FEW_QUERY_ROWS: attention of at most this many query rows in all runs on SDPA, one call,
   instead of two batched matmuls around a softmax; 0 sends them to the matmuls.
 The checkpoint translates the first --sentences sentences of test_2016_flickr one at a time,

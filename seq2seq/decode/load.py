@@ -28,8 +28,11 @@ from seq2seq.train.checkpoint import load_checkpoint, load_model_state
 
 log = logging.getLogger(__name__)
 
-# (model sizes, vocabulary, search settings) -> the faster backend and its timings, once a process
-_PRODUCTS: dict[tuple[object, ...], tuple[str, dict[str, float]]] = {}
+# where decoding's float32 products run: the small weights' backend, then the large ones'
+# (kernels.set_products(small, large); onednn.LARGE_WEIGHT: the output layer's (V, D))
+Backends = tuple[str, str]
+# (model sizes, vocabulary, search settings) -> the fastest backends and every pair's timing
+_PRODUCTS: dict[tuple[object, ...], tuple[Backends, dict[Backends, float]]] = {}
 PROBE_STEPS = 8  # decoder steps of the timed search
 PROBE_SOURCE_LEN = 16  # tokens per timed source, EOS included
 PROBE_ROUNDS = 3  # timed searches per backend, after an untimed one
@@ -65,12 +68,17 @@ def probe_rows(decode: DecodeConfig) -> int:
     return decode.batch_size * per_sentence.get(decode.method, 1)
 
 
-def time_decoding(model: SearchModel, decode: DecodeConfig, vocab: int) -> dict[str, float]:
-    """Median seconds, per float32 products backend (kernels.product_backends), of the search
-    `decode` over one batch of random sources of PROBE_SOURCE_LEN tokens for PROBE_STEPS steps:
-    the model's own products, at its batch's rows, through every check they pass in decoding
-    (kernels.time_alternating: alternating, after an untimed round). The products in use
-    before are put back."""
+def backend_pairs() -> list[Backends]:
+    """Every (small weights', large weights') pair of kernels.product_backends()."""
+    backends = kernels.product_backends()
+    return [(small, large) for small in backends for large in backends]
+
+
+def time_decoding(model: SearchModel, decode: DecodeConfig, vocab: int) -> dict[Backends, float]:
+    """Median seconds, per pair of `backend_pairs()`, of the search `decode` over one batch of
+    random sources of PROBE_SOURCE_LEN tokens for PROBE_STEPS steps: the model's own products,
+    at its batch's rows, through every check they pass in decoding (kernels.time_alternating:
+    alternating, after an untimed round). The products in use before are put back."""
     gen = torch.Generator().manual_seed(0)
     shape = (decode.batch_size, PROBE_SOURCE_LEN)
     src = torch.randint(len(SPECIAL_TOKENS), vocab, shape, generator=gen)  # (B, S)
@@ -78,37 +86,40 @@ def time_decoding(model: SearchModel, decode: DecodeConfig, vocab: int) -> dict[
     src = src.to(next(model.parameters()).device)
     probe = dataclasses.replace(decode, max_len_a=0.0, max_len_b=PROBE_STEPS)
 
-    def search(name: str, _: int) -> None:
-        kernels.set_products(name)
+    def search(backends: Backends, _: int) -> None:
+        kernels.set_products(*backends)
         decode_batch(model, src, probe, min_len=PROBE_STEPS)  # no sentence ends early
 
-    before = kernels.products()
+    before = (kernels.products(), kernels.large_products())
     try:
-        return kernels.time_alternating(kernels.product_backends(), search, PROBE_ROUNDS)
+        return kernels.time_alternating(backend_pairs(), search, PROBE_ROUNDS)
     finally:
-        kernels.set_products(before)
+        kernels.set_products(*before)
 
 
 def choose_products(
     model: SearchModel, config: ModelConfig, decode: DecodeConfig, vocab: int
-) -> tuple[str, dict[str, float]]:
-    """Where decoding's float32 products run, and the seconds timed for each backend: the
-    faster of oneDNN and ATen for `model` (of sizes `config`) searching with the settings
-    `decode` (`time_decoding`, ~0.1-1 s), timed once a process for those sizes and settings
-    (logged then) and set process-wide. ("", {}) where nothing is timed: another device, the
-    reference kernels, or a batch of at most kernels.SMALL_ROWS rows (their products always
-    take F.linear)."""
+) -> tuple[Backends | None, dict[Backends, float]]:
+    """Where decoding's float32 products run, the small weights' and the large ones', and the
+    seconds timed for each pair: the fastest for `model` (of sizes `config`) searching with
+    the settings `decode` (`time_decoding`, ~0.1-2 s), timed once a process for those sizes and
+    settings (logged then) and set process-wide. (None, {}) where nothing is timed: another
+    device, or the reference kernels."""
     device, rows = next(model.parameters()).device, probe_rows(decode)
-    if device.type != "cpu" or kernels.get_mode() != "auto" or rows <= kernels.SMALL_ROWS:
-        return "", {}
+    if device.type != "cpu" or kernels.get_mode() != "auto":
+        return None, {}
     search = (decode.method, decode.beam_size, decode.nbest, decode.batch_size)
     key = (config.d_model, config.d_ff, config.enc_layers, config.dec_layers, vocab, search)
     if key not in _PRODUCTS:
         times = time_decoding(model, decode, vocab)
-        _PRODUCTS[key] = (kernels.faster_products(times), times)
-        shown = ", ".join(f"{name} {s * 1e3:.1f} ms" for name, s in times.items())
-        how = f"{decode.method.value}, {rows} rows, {PROBE_STEPS} steps"
-        log.info("float32 decoding products: %s here (%s: %s)", _PRODUCTS[key][0], how, shown)
+        _PRODUCTS[key] = (min(times, key=lambda pair: times[pair]), times)
+        shown = ", ".join(f"{'/'.join(pair)} {s * 1e3:.1f} ms" for pair, s in times.items())
+        how = f"{decode.method.value}, {rows} rows, {PROBE_STEPS} steps; small/large weights"
+        small, large = _PRODUCTS[key][0]
+        log.info(
+            "float32 decoding products: %s, the large weights' %s here (%s: %s)",
+            *(small, large, how, shown),
+        )
     chosen, times = _PRODUCTS[key]
-    kernels.set_products(chosen)
+    kernels.set_products(*chosen)
     return chosen, times

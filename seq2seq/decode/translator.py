@@ -148,8 +148,9 @@ class Translator:
         """Translations of `texts` with the settings `decode` (and their `attention` when
         asked). Words or characters unseen in training become <unk>; texts over the model's
         data.max_len tokens are truncated to it, with a warning naming them (1-based). In float32
-        on a CPU, the products run on the faster of oneDNN and ATen here for these settings,
-        timed on a few decoding steps of the model the first time (load.choose_products)."""
+        on a CPU, the products run on the fastest of oneDNN and ATen here for these settings,
+        timed on a few decoding steps of the model the first time, for the small weights and for
+        the large ones (the output layer) apart (load.choose_products)."""
         ids = self.src_tok.encode_batch(list(texts))
         max_len = self.cfg.data.max_len
         long = [i + 1 for i, x in enumerate(ids) if len(x) > max_len]

@@ -14,8 +14,9 @@
     time_product_dtypes(shapes, dtypes, rounds) the same products timed in each dtype (bf16, fp32)
     product_backends()                          the backends this torch can run them on
     SMALL_ROWS                                  products of at most this many rows without
-                                                gradients always take F.linear (cpu.py)
-    set_products(name), products()              where they run from now on ("onednn", "aten")
+                                                gradients by small weights take F.linear (cpu.py)
+    set_products(name, large), products(),      where they run from now on ("onednn", "aten"),
+      large_products()                            and those of decoding's large weights
     time_alternating(candidates, run, rounds)   median seconds of each, alternating (timing.py)
 
 Two modes (trainer.kernels):
@@ -52,6 +53,7 @@ from seq2seq.kernels.cpu import SMALL_ROWS
 from seq2seq.kernels.loss import linear_label_smoothed_nll, linear_rdrop
 from seq2seq.kernels.onednn import (
     faster_products,
+    large_products,
     product_backends,
     products,
     set_products,
@@ -239,6 +241,7 @@ __all__ = [
     "faster_products",
     "get_mode",
     "key_bias",
+    "large_products",
     "linear",
     "output_loss",
     "product_backends",

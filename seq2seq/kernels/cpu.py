@@ -4,8 +4,9 @@ slower, and the searches' top-k and row maxima block by block on long rows.
 docs/BENCHMARKS.md ("Kernel notes") has the measurements behind each choice.
 
 Decoding one sentence (or its beams) costs little arithmetic a step and many small calls: there
-attention goes to SDPA, one call where the matmuls make about ten, and the products to F.linear,
-without oneDNN's checks and packed-weight lookup (benchmarks/decode_ops.py counts the calls).
+attention goes to SDPA, one call where the matmuls make about ten, and the products by small
+weights to F.linear, without oneDNN's checks and packed-weight lookup (benchmarks/decode_ops.py
+counts the calls).
 
 Shapes: B batch, H heads, Tq queries, Tk keys, Dh = head width, N rows, V row length.
 """
@@ -23,7 +24,8 @@ from seq2seq.kernels import onednn, reference
 FAST_SOFTMAX_LEN = 16
 # float32 training attention takes matmuls up to this many keys, SDPA beyond
 MATMUL_MAX_KEYS = 32
-# products without gradients of at most this many rows go to F.linear (see `linear`)
+# products without gradients of at most this many rows by small weights go to F.linear
+# (see `linear`)
 SMALL_ROWS = 8
 # attention without gradients over at most this many query rows (B x Tq) goes to SDPA
 FEW_QUERY_ROWS = 8
@@ -37,17 +39,23 @@ BLOCK = 64  # elements a block
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
     """x @ weight.T + bias, then a ReLU if asked: (..., D_in) -> (..., D_out).
 
-    float32 runs on oneDNN (onednn.py), training and decoding alike, where F.linear would call
-    MKL's SGEMM, slow on AMD CPUs; except products without gradients of at most SMALL_ROWS rows
-    (one sentence decoded, or its beams), whose arithmetic is negligible: F.linear spares them
-    the Python side of oneDNN's path (its checks and the packed-weight lookup), though its C++
-    side makes more dispatcher calls (t, addmm and their views); benchmarks/decode_ops.py
-    --set SMALL_ROWS=0 counts both ways. Other dtypes and autocast keep F.linear.
+    float32 runs on the backend chosen for the process (onednn.py: oneDNN by default, where
+    F.linear would call MKL's SGEMM, slow on AMD CPUs); without gradients (decoding), products
+    by large weights (the output layer) on the one chosen for those. Products without
+    gradients of at most SMALL_ROWS rows by small weights (one sentence decoded, or its beams)
+    take F.linear: their arithmetic is negligible, and it spares them the Python side of
+    oneDNN's path (its checks and the packed-weight lookup), though its C++ side makes more
+    dispatcher calls (t, addmm and their views); benchmarks/decode_ops.py --set SMALL_ROWS=0
+    counts both ways. Other dtypes and autocast keep F.linear.
     """
-    grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    if not grad and x.numel() <= SMALL_ROWS * weight.size(1):
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        if onednn.usable(x, weight):
+            return onednn.linear(x, weight, bias, relu)
         return reference.linear(x, weight, bias, relu)
-    if onednn.usable(x, weight):
+    small = weight.numel() < onednn.LARGE_WEIGHT
+    if small and x.numel() <= SMALL_ROWS * weight.size(1):
+        return reference.linear(x, weight, bias, relu)
+    if onednn.decodes(x, weight):
         return onednn.linear(x, weight, bias, relu)
     return reference.linear(x, weight, bias, relu)
 

@@ -11,9 +11,13 @@ Intel Xeon without AMX MKL's was 1.12x oneDNN's (docs/BENCHMARKS.md, section `pr
 training run measures both on its own shapes (`time_products`, ~0.1-1 s) and keeps the faster
 (`set_products`). Decoding differs (products without gradients, a few hundred rows at most, the
 weights packed, below): a Translator's first translation with some settings times a few
-decoding steps of the model itself on each (seq2seq/decode/load.py) and keeps the faster. Until
-a choice is made, products go to oneDNN. `set_products("aten")` keeps F.linear and torch.mm
-everywhere.
+decoding steps of the model itself (seq2seq/decode/load.py) with each backend for the small
+weights and each for the large ones (LARGE_WEIGHT: the output layer's (V, D)), and keeps the
+fastest pair. A large weight is read from memory at every step, where oneDNN's packed layout
+pays, while the small ones stay in cache, where ATen's cheaper call can win: on the AVX2-only
+AMD EPYC (family 23 model 1) ATen took the small products and oneDNN the output layer, each
+1.4-4x faster than the other backend (docs/BENCHMARKS.md). Until a choice is made, products go
+to oneDNN. `set_products("aten")` keeps F.linear and torch.mm everywhere.
 
 oneDNN caches what it builds for each new shape: its primitive cache and ideep's LRU cache hold
 1,024 entries each by default, and every batch brings new shapes (its token count), so memory
@@ -53,6 +57,10 @@ AVAILABLE = torch.backends.mkldnn.is_available() and all(
     hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight")
 )
 ENABLED = AVAILABLE  # float32 products go to oneDNN (see `set_products`)
+# decoding's products (no gradients) by weights of at least LARGE_WEIGHT elements (2 MiB of
+# float32, more than a core's L2 cache on the CPUs seen) go to oneDNN: the large ones' choice
+LARGE_WEIGHT = 1 << 19
+LARGE_ENABLED = AVAILABLE
 PRODUCTS = ("onednn", "aten")  # where float32 CPU products can run: oneDNN, or ATen's (MKL)
 TIMED_ROUNDS = 3  # timed rounds per backend in `time_products`, after an untimed one
 _ACTIVATION = {False: "none", True: "relu"}  # fused after the matmul
@@ -82,7 +90,18 @@ except TypeError:  # torch < 2.4
 
 def usable(*tensors: Tensor) -> bool:
     """Whether products of these tensors go to oneDNN: float32 on a CPU, outside autocast."""
-    if not ENABLED or _autocast_cpu():
+    return ENABLED and _float32_cpu(*tensors)
+
+
+def decodes(x: Tensor, weight: Tensor) -> bool:
+    """Whether a product without gradients of x by weight goes to oneDNN: `usable`, with the
+    choice for large weights where weight has at least LARGE_WEIGHT elements."""
+    enabled = LARGE_ENABLED if weight.numel() >= LARGE_WEIGHT else ENABLED
+    return enabled and _float32_cpu(x, weight)
+
+
+def _float32_cpu(*tensors: Tensor) -> bool:
+    if _autocast_cpu():
         return False
     return all(t.dtype == torch.float32 and t.is_cpu for t in tensors)
 
@@ -192,18 +211,26 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -
     return _linear(x, packed, bias, relu)
 
 
-def set_products(name: str) -> None:
+def set_products(name: str, large: str | None = None) -> None:
     """From now on, process-wide, float32 CPU products run on oneDNN ("onednn", where this
-    torch has its ops) or on ATen ("aten": F.linear and torch.mm, MKL's SGEMM on x86)."""
-    global ENABLED
-    if name not in PRODUCTS:
-        raise ValueError(f"float32 products {name!r} are unknown; use one of {PRODUCTS}")
+    torch has its ops) or on ATen ("aten": F.linear and torch.mm, MKL's SGEMM on x86); those
+    without gradients by weights of at least LARGE_WEIGHT elements on `large` (default: name)."""
+    global ENABLED, LARGE_ENABLED
+    for backend in (name, large or name):
+        if backend not in PRODUCTS:
+            raise ValueError(f"float32 products {backend!r} are unknown; use one of {PRODUCTS}")
     ENABLED = AVAILABLE and name == "onednn"
+    LARGE_ENABLED = AVAILABLE and (large or name) == "onednn"
 
 
 def products() -> str:
     """Where float32 CPU products run now: "onednn" or "aten"."""
     return "onednn" if ENABLED else "aten"
+
+
+def large_products() -> str:
+    """Where float32 CPU products without gradients by LARGE_WEIGHT weights run now."""
+    return "onednn" if LARGE_ENABLED else "aten"
 
 
 def _train_products(operands: list[tuple[Tensor, Tensor, Tensor, Tensor]], name: str) -> None:

@@ -13,7 +13,14 @@ import seq2seq.decode.load
 from seq2seq import kernels
 from seq2seq.config.schema import DecodeConfig, SearchKind
 from seq2seq.decode import search
-from seq2seq.decode.load import PROBE_STEPS, choose_products, probe_rows, time_decoding
+from seq2seq.decode.load import (
+    PROBE_STEPS,
+    Backends,
+    backend_pairs,
+    choose_products,
+    probe_rows,
+    time_decoding,
+)
 from seq2seq.decode.translator import Translator
 from seq2seq.kernels import onednn
 from seq2seq.model.transformer import EncoderDecoder
@@ -22,18 +29,24 @@ from tests.conftest import MakeModel
 from tests.tiny_run import compose_train, tiny_overrides, write_slice
 
 BEAM = DecodeConfig(method=SearchKind.beam, beam_size=4, batch_size=8)
+SCRIPTED = {  # (small weights', large weights') backends: seconds
+    ("onednn", "onednn"): 0.004,
+    ("onednn", "aten"): 0.003,
+    ("aten", "onednn"): 0.001,
+    ("aten", "aten"): 0.002,
+}
 
 
 @pytest.fixture
 def fresh_products(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
-    """No choice of this process remembered; time_decoding scripted (oneDNN 2 ms, ATen 1 ms)
-    and its calls recorded."""
+    """No choice of this process remembered; time_decoding scripted (ATen for the small
+    weights and oneDNN for the large ones the fastest) and its calls recorded."""
     monkeypatch.setattr(seq2seq.decode.load, "_PRODUCTS", {})
     timed: list[tuple] = []
 
-    def scripted(model: object, decode: DecodeConfig, vocab: int) -> dict[str, float]:
+    def scripted(model: object, decode: DecodeConfig, vocab: int) -> dict[Backends, float]:
         timed.append((model, decode, vocab))
-        return {"onednn": 0.002, "aten": 0.001}
+        return dict(SCRIPTED)
 
     monkeypatch.setattr(seq2seq.decode.load, "time_decoding", scripted)
     return timed
@@ -48,64 +61,76 @@ def test_probe_rows_are_a_full_batchs_hypotheses() -> None:
 def test_time_decoding_runs_the_search_on_each_backend(
     make_model: MakeModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Catches timing one backend twice, a search that ends early or has another batch than
-    the settings', or leaving the last backend timed in place of the one in use."""
+    """Catches timing one pair of backends twice or not at all, a search that ends early or
+    has another batch than the settings', or leaving the last pair timed in place of the one
+    in use."""
     model = make_model()
-    seen: list[tuple[str, tuple[int, ...], int, int]] = []
+    seen: list[tuple[Backends, tuple[int, ...], int, int]] = []
     real = search.decode_batch
 
     def recorded(m: EncoderDecoder, src: torch.Tensor, cfg: DecodeConfig, min_len: int) -> list:
         found = real(m, src, cfg, min_len)
         steps = {len(h.tokens) + 1 for hyps in found for h in hyps}  # EOS included
-        seen.append((onednn.products(), tuple(src.shape), min_len, *steps))
+        pair = (onednn.products(), onednn.large_products())
+        seen.append((pair, tuple(src.shape), min_len, *steps))
         return found
 
     monkeypatch.setattr(seq2seq.decode.load, "decode_batch", recorded)
-    onednn.set_products("aten")
+    onednn.set_products("aten", "onednn")
     times = time_decoding(model, BEAM, 24)
     backends = onednn.product_backends()
-    assert set(times) == set(backends)
+    pairs = [(small, large) for small in backends for large in backends]
+    assert backend_pairs() == pairs
+    assert list(times) == pairs
     assert min(times.values()) > 0
-    assert [name for name, *_ in seen] == list(backends) * 4  # an untimed round, then 3
+    assert [pair for pair, *_ in seen] == pairs * 4  # an untimed round, then 3
     shape = (8, seq2seq.decode.load.PROBE_SOURCE_LEN)
     assert {tuple(rest) for _, *rest in seen} == {(shape, PROBE_STEPS, PROBE_STEPS)}
-    assert onednn.products() == "aten"
+    assert (onednn.products(), onednn.large_products()) == ("aten", "onednn")
 
 
 def test_the_faster_is_kept_once_a_process(
     make_model: MakeModel, fresh_products: list[tuple], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Catches keeping oneDNN where ATen was faster, or timing again in the same process."""
+    """Catches keeping oneDNN where ATen was faster, one choice for both sizes of weights
+    where a pair was faster, or timing again in the same process."""
     model = make_model()
     with caplog.at_level(logging.INFO, logger="seq2seq"):
         chosen = choose_products(model, model.cfg, BEAM, 24)
-    assert chosen == ("aten", {"onednn": 0.002, "aten": 0.001})
+    assert chosen == (("aten", "onednn"), SCRIPTED)
     assert fresh_products == [(model, BEAM, 24)]
-    assert onednn.products() == "aten"
-    assert "float32 decoding products: aten here (beam, 32 rows, 8 steps: onednn 2.0 ms" in (
-        caplog.text
-    )
-    onednn.set_products("onednn")
-    assert choose_products(model, model.cfg, BEAM, 24)[0] == "aten"
+    assert (onednn.products(), onednn.large_products()) == ("aten", "onednn")
+    assert (
+        "float32 decoding products: aten, the large weights' onednn here (beam, 32 rows, 8 "
+        "steps; small/large weights: onednn/onednn 4.0 ms, onednn/aten 3.0 ms, aten/onednn"
+    ) in caplog.text
+    onednn.set_products("onednn", "aten")
+    assert choose_products(model, model.cfg, BEAM, 24)[0] == ("aten", "onednn")
     assert len(fresh_products) == 1
-    assert onednn.products() == "aten"  # set again from the remembered choice
+    assert (onednn.products(), onednn.large_products()) == ("aten", "onednn")  # remembered
     greedy = DecodeConfig(method=SearchKind.greedy, batch_size=16)
     choose_products(model, model.cfg, greedy, 24)
     assert len(fresh_products) == 2  # other settings: timed again
 
 
-@pytest.mark.parametrize("case", ["reference", "one sentence"])
-def test_nothing_is_timed_where_no_choice_matters(
-    make_model: MakeModel, fresh_products: list[tuple], case: str
+def test_nothing_is_timed_with_the_reference_kernels(
+    make_model: MakeModel, fresh_products: list[tuple]
 ) -> None:
-    """The reference kernels, or at most SMALL_ROWS rows (F.linear always)."""
-    model, decode = make_model(), BEAM
-    if case == "one sentence":
-        decode = DecodeConfig(method=SearchKind.beam, beam_size=kernels.SMALL_ROWS, batch_size=1)
-    with kernels.use("reference" if case == "reference" else "auto"):
-        assert choose_products(model, model.cfg, decode, 24) == ("", {})
+    model = make_model()
+    with kernels.use("reference"):
+        assert choose_products(model, model.cfg, BEAM, 24) == (None, {})
     assert fresh_products == []
     assert onednn.products() == "onednn"
+
+
+def test_one_sentence_is_timed_too(make_model: MakeModel, fresh_products: list[tuple]) -> None:
+    """At most SMALL_ROWS rows the small weights take F.linear, but the output layer's product
+    (a large weight) and the encoder's (a sentence's tokens) still run on the backends: a
+    choice that matters."""
+    model = make_model()
+    decode = DecodeConfig(method=SearchKind.beam, beam_size=kernels.SMALL_ROWS, batch_size=1)
+    assert choose_products(model, model.cfg, decode, 24)[0] == ("aten", "onednn")
+    assert len(fresh_products) == 1
 
 
 @pytest.fixture(scope="module")

@@ -167,6 +167,45 @@ def test_set_products_moves_every_float32_product(monkeypatch: pytest.MonkeyPatc
         onednn.set_products("mkl")
 
 
+def _routes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records which backend each kernels.cpu.linear call takes ("onednn" or "aten")."""
+    taken: list[str] = []
+    for name, module in (("onednn", onednn), ("aten", cpu.reference)):
+        real = module.linear
+        monkeypatch.setattr(module, "linear", lambda *a, r=real, n=name: taken.append(n) or r(*a))
+    return taken
+
+
+@pytest.mark.parametrize(("small", "large"), [("aten", "onednn"), ("onednn", "aten")])
+def test_decoding_products_by_large_weights_take_their_own_backend(
+    monkeypatch: pytest.MonkeyPatch, small: str, large: str
+) -> None:
+    """Catches the output layer's product (a weight of LARGE_WEIGHT elements or more) following
+    the small weights' choice when decoding, at any rows (even under SMALL_ROWS, where small
+    weights take F.linear), or training's products leaving the process-wide choice; each route
+    gives F.linear's values."""
+    monkeypatch.setattr(onednn, "LARGE_WEIGHT", 40 * 8)
+    gen = torch.Generator().manual_seed(0)
+    wide, narrow = torch.randn(40, 8, generator=gen), torch.randn(16, 8, generator=gen)
+    few, many = torch.randn(1, 8, generator=gen), torch.randn(3 * cpu.SMALL_ROWS, 8, generator=gen)
+    onednn.set_products(small, large)
+    assert (onednn.products(), onednn.large_products()) == (small, large)
+    taken = _routes(monkeypatch)
+    with torch.no_grad():
+        for x, w in ((few, wide), (many, wide), (few, narrow), (many, narrow)):
+            torch.testing.assert_close(cpu.linear(x, w, None), F.linear(x, w))
+    assert taken == [large, large, "aten", small]
+    taken.clear()
+    cpu.linear(many.requires_grad_(), wide, None).sum().backward()  # training: one choice
+    assert taken == [small]
+
+
+def test_set_products_refuses_an_unknown_large_backend() -> None:
+    with pytest.raises(ValueError, match="mkl"):
+        onednn.set_products("aten", "mkl")
+    assert (onednn.products(), onednn.large_products()) == ("onednn", "onednn")
+
+
 def test_time_products_alternates_after_an_untimed_round(monkeypatch: pytest.MonkeyPatch) -> None:
     """Catches timing the warm-up, not alternating, or averaging instead of the median: on a
     clock that moves by scripted seconds per round (no real timing)."""
