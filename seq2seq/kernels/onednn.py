@@ -15,9 +15,9 @@ decoding steps of the model itself (seq2seq/decode/load.py) with each backend fo
 weights and each for the large ones (LARGE_WEIGHT: the output layer's (V, D)), and keeps the
 fastest pair. A large weight is read from memory at every step, where oneDNN's packed layout
 pays, while the small ones stay in cache, where ATen's cheaper call can win: on the AVX2-only
-AMD EPYC (family 23 model 1) ATen took the small products and oneDNN the output layer, each
-1.4-4x faster than the other backend (docs/BENCHMARKS.md). Until a choice is made, products go
-to oneDNN. `set_products("aten")` keeps F.linear and torch.mm everywhere.
+AMD EPYC (family 23 model 1) ATen ran the small products 1.05-6.7x faster than oneDNN and
+oneDNN the output layer's 1.4-4.3x faster than ATen (docs/BENCHMARKS.md). Until a choice is
+made, products go to oneDNN. `set_products("aten")` keeps F.linear and torch.mm everywhere.
 
 oneDNN caches what it builds for each new shape: its primitive cache and ideep's LRU cache hold
 1,024 entries each by default, and every batch brings new shapes (its token count), so memory
@@ -58,7 +58,7 @@ AVAILABLE = torch.backends.mkldnn.is_available() and all(
 )
 ENABLED = AVAILABLE  # float32 products go to oneDNN (see `set_products`)
 # decoding's products (no gradients) by weights of at least LARGE_WEIGHT elements (2 MiB of
-# float32, more than a core's L2 cache on the CPUs seen) go to oneDNN: the large ones' choice
+# float32, at least a core's L2 cache on the CPUs seen) go to oneDNN: the large ones' choice
 LARGE_WEIGHT = 1 << 19
 LARGE_ENABLED = AVAILABLE
 PRODUCTS = ("onednn", "aten")  # where float32 CPU products can run: oneDNN, or ATen's (MKL)
