@@ -128,3 +128,23 @@ def test_empty_input_and_one_sentence(make_model: MakeModel) -> None:
     one = continuous_greedy(model, [[5, 6, 7]], cfg)
     assert len(one) == 1
     assert one[0].tokens == batch_by_batch(model, [[5, 6, 7]], cfg)[0][0].tokens
+
+
+@pytest.mark.parametrize("sources", [1, 4, 5])
+def test_sources_that_fit_one_batch_decode_batch_by_batch(
+    make_model: MakeModel, monkeypatch: pytest.MonkeyPatch, sources: int
+) -> None:
+    """Catches refilling rows when no sentence waits (one sentence at a time pays the ragged
+    rows' cost for nothing), or never refilling once sources outnumber the batch's rows; the
+    outputs are batch-by-batch greedy's either way."""
+    model = make_model("sinusoidal", layers=1, seed=3)
+    ids = random_ids(sources, 24, seed=sources)
+    cfg = DecodeConfig(method=SearchKind.greedy, batch_size=4)
+    calls: list[int] = []
+    real = schedule.continuous_greedy
+    monkeypatch.setattr(
+        schedule, "continuous_greedy", lambda m, i, *a: calls.append(len(i)) or real(m, i, *a)
+    )
+    got = translate_ids(model, ids, cfg)
+    assert calls == ([sources] if sources > cfg.batch_size else [])
+    assert_same(got, batch_by_batch(model, ids, cfg))
