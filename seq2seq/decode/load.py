@@ -112,13 +112,16 @@ def choose_products(
     key = (config.d_model, config.d_ff, config.enc_layers, config.dec_layers, vocab, search)
     if key not in _PRODUCTS:
         times = time_decoding(model, decode, vocab)
-        _PRODUCTS[key] = (min(times, key=lambda pair: times[pair]), times)
+        small, large = min(times, key=times.__getitem__)  # ties: the first pair, oneDNN's
+        _PRODUCTS[key] = ((small, large), times)
         shown = ", ".join(f"{'/'.join(pair)} {s * 1e3:.1f} ms" for pair, s in times.items())
         how = f"{decode.method.value}, {rows} rows, {PROBE_STEPS} steps; small/large weights"
-        small, large = _PRODUCTS[key][0]
         log.info(
             "float32 decoding products: %s, the large weights' %s here (%s: %s)",
-            *(small, large, how, shown),
+            small,
+            large,
+            how,
+            shown,
         )
     chosen, times = _PRODUCTS[key]
     kernels.set_products(*chosen)

@@ -52,10 +52,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -
         if onednn.usable(x, weight):
             return onednn.linear(x, weight, bias, relu)
         return reference.linear(x, weight, bias, relu)
-    small = weight.numel() < onednn.LARGE_WEIGHT
-    if small and x.numel() <= SMALL_ROWS * weight.size(1):
+    large = weight.numel() >= onednn.LARGE_WEIGHT
+    if not large and x.numel() <= SMALL_ROWS * weight.size(1):
         return reference.linear(x, weight, bias, relu)
-    if onednn.decodes(x, weight):
+    if onednn.decodes(x, weight, large):
         return onednn.linear(x, weight, bias, relu)
     return reference.linear(x, weight, bias, relu)
 

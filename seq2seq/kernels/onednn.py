@@ -93,11 +93,10 @@ def usable(*tensors: Tensor) -> bool:
     return ENABLED and _float32_cpu(*tensors)
 
 
-def decodes(x: Tensor, weight: Tensor) -> bool:
+def decodes(x: Tensor, weight: Tensor, large: bool) -> bool:
     """Whether a product without gradients of x by weight goes to oneDNN: `usable`, with the
-    choice for large weights where weight has at least LARGE_WEIGHT elements."""
-    enabled = LARGE_ENABLED if weight.numel() >= LARGE_WEIGHT else ENABLED
-    return enabled and _float32_cpu(x, weight)
+    choice for large weights where `large` (weight has at least LARGE_WEIGHT elements)."""
+    return (LARGE_ENABLED if large else ENABLED) and _float32_cpu(x, weight)
 
 
 def _float32_cpu(*tensors: Tensor) -> bool:
