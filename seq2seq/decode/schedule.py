@@ -52,7 +52,7 @@ def translate_ids(
 
     Sources that fit in one batch leave no sentence to start once it is under way: refilling
     has nothing to do, and batch-by-batch search drops finished rows the same way, at a lower
-    cost a step (one sentence at a time on an AVX2-only AMD EPYC: 77.5 against 93.5 ms a
+    cost a step (one sentence at a time on an AVX2-only AMD EPYC: 78.2 against 95.3 ms a
     sentence, docs/BENCHMARKS.md)."""
     device = next(model.parameters()).device
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
