@@ -21,6 +21,7 @@ from seq2seq.config.schema import (
 )
 from seq2seq.data.tokenizer import EOS_ID, SPECIAL_TOKENS, Tokenizer, tokenizer_from_state
 from seq2seq.decode.ensemble import Ensemble, SearchModel, check_same_vocabularies
+from seq2seq.decode.schedule import decoding
 from seq2seq.decode.search import decode_batch
 from seq2seq.kernels import resolve_device
 from seq2seq.model.transformer import EncoderDecoder, build_model
@@ -92,7 +93,8 @@ def time_decoding(model: SearchModel, decode: DecodeConfig, vocab: int) -> dict[
 
     before = (kernels.products(), kernels.large_products())
     try:
-        return kernels.time_alternating(backend_pairs(), search, PROBE_ROUNDS)
+        with decoding(model):  # as translate_ids runs the searches
+            return kernels.time_alternating(backend_pairs(), search, PROBE_ROUNDS)
     finally:
         kernels.set_products(*before)
 
