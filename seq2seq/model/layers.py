@@ -16,6 +16,9 @@ from seq2seq import kernels
 from seq2seq.model.cache import LayerCache
 from seq2seq.model.positional import Offset, PositionalEncoding
 
+# rows at their own positions over at least this many keys may attend in two groups (`long_rows`)
+LONG_ROWS_MIN_KEYS = 64
+
 
 class Linear(nn.Linear):
     """nn.Linear whose forward is kernels.linear, with an optional fused ReLU (same parameters
@@ -115,13 +118,57 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:
         """q (B, H, Tq, Dh) over k, v (B, H, Tk, Dh) -> (B, H, Tq, Dh), with the positional
         bias (and relative values) of queries that start at position `offset`, and the term
-        `extra` (B|1, 1, 1, Tk) on the logits."""
+        `extra` (B|1, 1, 1, Tk) on the logits.
+
+        Rows at their own positions (`offset` (B,)) see the keys up to their own (`extra`
+        masks the rest): where a few reach far past the others (a sentence at its length limit
+        beside new ones, continuous batching), the others attend over their own span only
+        (`long_rows`) and those few over all Tk keys."""
+        ragged = isinstance(offset, Tensor) and extra is not None and extra.size(0) == q.size(0)
+        split = long_rows(offset, q.size(-2), k.size(-2)) if ragged and key_mask is None else None
+        if split is None or extra is None or not isinstance(offset, Tensor):
+            return self._attend(q, k, v, key_mask, offset, extra)
+        rows, span = split  # (J,), the keys the other rows reach
+        out = self._attend(q, k[:, :, :span], v[:, :, :span], None, offset, extra[..., :span])
+        out[rows] = self._attend(q[rows], k[rows], v[rows], None, offset[rows], extra[rows])
+        return out  # (B, H, Tq, Dh)
+
+    def _attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_mask: Tensor | None,
+        offset: Offset,
+        extra: Tensor | None,
+    ) -> Tensor:
         bias = self.pos.bias(q, offset, k.size(-2))  # (B|1, H, Tq, Tk) or None
         if extra is not None:
             bias = extra if bias is None else bias + extra  # (B|1, H|1, Tq|1, Tk)
         values = partial(self.pos.values, q_offset=offset) if self.pos.needs_weights else None
         p = self.dropout if self.training else 0.0
         return kernels.attention(q, k, v, bias, key_mask, self.causal, p, values)
+
+
+def long_rows(offset: Offset, q_len: int, k_len: int) -> tuple[Tensor, int] | None:
+    """For rows at their own positions `offset` (B,) with q_len queries each over k_len keys
+    (positions 0 .. k_len - 1): the rows (J,) that attend over all of them and the keys L the
+    others reach (their furthest query's position + 1), where splitting the rows so at most
+    halves the keys attended to (B x Tk against J x Tk + (B - J) x L, the best J); else None
+    (an int offset, fewer than LONG_ROWS_MIN_KEYS keys, or no such split)."""
+    if not isinstance(offset, Tensor) or k_len < LONG_ROWS_MIN_KEYS:
+        return None
+    reach = (offset + q_len).tolist()  # keys each row reaches
+    order = sorted(range(len(reach)), key=reach.__getitem__, reverse=True)
+    rows = len(reach)
+    best, split = rows * k_len, 0  # (keys attended to, J)
+    for j in range(1, rows):
+        cost = j * k_len + (rows - j) * reach[order[j]]
+        if cost < best:
+            best, split = cost, j
+    if split == 0 or 2 * best > rows * k_len:
+        return None
+    return offset.new_tensor(order[:split]), reach[order[split]]
 
 
 class FeedForward(nn.Module):

@@ -16,6 +16,8 @@ from seq2seq.decode import schedule
 from seq2seq.decode.ensemble import Ensemble
 from seq2seq.decode.schedule import continuous_greedy, translate_ids
 from seq2seq.decode.search import Hypothesis
+from seq2seq.model import layers
+from seq2seq.model.positional import Offset
 from seq2seq.model.transformer import EncoderDecoder
 
 MakeModel = Callable[..., EncoderDecoder]
@@ -148,3 +150,29 @@ def test_sources_that_fit_one_batch_decode_batch_by_batch(
     got = translate_ids(model, ids, cfg)
     assert calls == ([sources] if sources > cfg.batch_size else [])
     assert_same(got, batch_by_batch(model, ids, cfg))
+
+
+@pytest.mark.parametrize("kind", list(PosKind))
+def test_long_rows_attending_apart_decode_as_batch_by_batch(
+    make_model: MakeModel, kind: PosKind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows far past the others attend over all keys and the others over their own span
+    (model.layers.long_rows, from LONG_ROWS_MIN_KEYS keys: lowered here so that these short
+    sentences split): every encoding's outputs are still batch by batch's."""
+    monkeypatch.setattr(layers, "LONG_ROWS_MIN_KEYS", 2)
+    splits: list[int] = []
+    find = layers.long_rows
+
+    def counted(offset: Offset, q_len: int, k_len: int) -> tuple[torch.Tensor, int] | None:
+        split = find(offset, q_len, k_len)
+        splits.append(split is not None)
+        return split
+
+    monkeypatch.setattr(layers, "long_rows", counted)
+    model = make_model(kind, layers=2, seed=5).double()
+    ids = random_ids(17, 24)
+    cfg = DecodeConfig(method=SearchKind.greedy, batch_size=4, max_len_a=2.0, max_len_b=1)
+    got = translate_ids(model, ids, cfg, min_len=3)
+    assert sum(splits) >= 4  # rows attended apart (each layer) at some steps
+    want = translate_ids(model, ids, dataclasses.replace(cfg, continuous=False), min_len=3)
+    assert_same(got, want)

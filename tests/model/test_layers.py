@@ -4,6 +4,7 @@ blocks, encoder and decoder layers (cached decoding included)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -11,16 +12,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2seq import kernels
+from seq2seq.config.schema import PosKind
 from seq2seq.model.cache import LayerCache
 from seq2seq.model.layers import (
+    LONG_ROWS_MIN_KEYS,
     DecoderLayer,
     EncoderLayer,
     LayerSpec,
     MultiHeadAttention,
     Residual,
+    long_rows,
 )
 from seq2seq.model.positional import PositionalEncoding
 from seq2seq.model.relative import ALiBi, ShawRelative
+from seq2seq.model.transformer import EncoderDecoder
 
 Y, N = True, False  # short names keep the mask tables readable
 
@@ -268,3 +273,38 @@ def test_feed_forward_is_position_wise() -> None:
     ffn_one = torch.cat([layer.ffn(x[:, i : i + 1]) for i in range(4)], dim=1)
     torch.testing.assert_close(ffn_all, ffn_one)
     torch.testing.assert_close(ffn_all, layer.ffn.down(F.relu(layer.ffn.up(x))))
+
+
+# --------------------------------------------------------------------------- long rows apart
+
+
+def test_long_rows_are_the_few_far_past_the_others() -> None:
+    offset = torch.tensor([79, 4, 6, 2, 70])  # queries' positions; each reaches offset + 1 keys
+    split = long_rows(offset, 1, 80)
+    assert split is not None
+    rows, span = split
+    assert sorted(rows.tolist()) == [0, 4]
+    assert span == 7  # the others reach at most position 6
+    assert long_rows(offset, 1, LONG_ROWS_MIN_KEYS - 1) is None  # too few keys to bother
+    assert long_rows(79, 1, 80) is None  # rows at one position: nothing to split
+    assert long_rows(torch.tensor([79, 78, 75, 70]), 1, 80) is None  # no split halves the work
+
+
+@pytest.mark.parametrize("kind", list(PosKind))
+def test_attention_with_long_rows_apart_matches_all_keys(
+    make_model: Callable[..., EncoderDecoder], kind: PosKind
+) -> None:
+    """Every encoding's hooks (bias, Shaw's values, rotation) give each group its own offsets:
+    the rows' outputs are those of one attention over every key."""
+    attn = make_model(kind, layers=1).decoder[0].self_attn
+    gen = torch.Generator().manual_seed(0)
+    offset = torch.tensor([79, 3, 10, 0, 5])  # (B,) the new token's position, row by row
+    q = torch.randn(5, attn.n_heads, 1, attn.head_dim, generator=gen)  # (B, H, 1, Dh)
+    k, v = torch.randn(2, 5, attn.n_heads, 80, attn.head_dim, generator=gen)  # (B, H, 80, Dh)
+    reached = torch.arange(80) <= offset[:, None]  # (B, 80)
+    extra = kernels.key_bias(reached, q.dtype)  # (B, 1, 1, 80)
+    assert long_rows(offset, 1, 80) is not None
+    with torch.inference_mode():
+        got = attn.attend(q, k, v, None, offset, extra)
+        want = attn._attend(q, k, v, None, offset, extra)
+    torch.testing.assert_close(got, want)
