@@ -127,27 +127,28 @@ class MultiHeadAttention(nn.Module):
         ragged = isinstance(offset, Tensor) and extra is not None and extra.size(0) == q.size(0)
         split = long_rows(offset, q.size(-2), k.size(-2)) if ragged and key_mask is None else None
         if split is None or extra is None or not isinstance(offset, Tensor):
-            return self._attend(q, k, v, key_mask, offset, extra)
+            return self._attend(q, (k, v), key_mask, offset, extra)
         rows, span = split  # (J,), the keys the other rows reach
-        out = self._attend(q, k[:, :, :span], v[:, :, :span], None, offset, extra[..., :span])
-        out[rows] = self._attend(q[rows], k[rows], v[rows], None, offset[rows], extra[rows])
+        head = (k[:, :, :span], v[:, :, :span])  # (B, H, L, Dh) each
+        out = self._attend(q, head, None, offset, extra[..., :span])
+        out[rows] = self._attend(q[rows], (k[rows], v[rows]), None, offset[rows], extra[rows])
         return out  # (B, H, Tq, Dh)
 
     def _attend(
         self,
         q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_mask: Tensor | None,
+        kv: tuple[Tensor, Tensor],
+        mask: Tensor | None,
         offset: Offset,
         extra: Tensor | None,
     ) -> Tensor:
+        k, v = kv  # (B, H, Tk, Dh) each
         bias = self.pos.bias(q, offset, k.size(-2))  # (B|1, H, Tq, Tk) or None
         if extra is not None:
             bias = extra if bias is None else bias + extra  # (B|1, H|1, Tq|1, Tk)
         values = partial(self.pos.values, q_offset=offset) if self.pos.needs_weights else None
         p = self.dropout if self.training else 0.0
-        return kernels.attention(q, k, v, bias, key_mask, self.causal, p, values)
+        return kernels.attention(q, k, v, bias, mask, self.causal, p, values)
 
 
 def long_rows(offset: Offset, q_len: int, k_len: int) -> tuple[Tensor, int] | None:

@@ -306,5 +306,5 @@ def test_attention_with_long_rows_apart_matches_all_keys(
     assert long_rows(offset, 1, 80) is not None
     with torch.inference_mode():
         got = attn.attend(q, k, v, None, offset, extra)
-        want = attn._attend(q, k, v, None, offset, extra)
+        want = attn._attend(q, (k, v), None, offset, extra)
     torch.testing.assert_close(got, want)
