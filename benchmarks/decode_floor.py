@@ -8,7 +8,8 @@ docs/BENCHMARKS.md where it is used; it writes nothing. Two engines decode the s
 greedily from BOS for --steps steps (EOS not stopping them), with the same weights, for each
 number of rows in --rows (1: one sentence; 64: a batch, every source of the same length):
 - ours: `model.decode` with the model's own key/value cache (kernels auto), as the searches
-  call it, its float32 products on the backend greedy search would choose for that many rows
+  call it (inside `decoding(model)`: parameters and submodules read directly), its float32
+  products on the backend greedy search would choose for that many rows
   (seq2seq.decode.load.choose_products: the fastest of oneDNN and ATen for the small weights
   and for the large ones, timed here);
 - floor: the same arithmetic written as few PyTorch calls as it takes, and nothing else: the
@@ -43,6 +44,7 @@ from seq2seq import kernels
 from seq2seq.config.schema import DecodeConfig, SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
 from seq2seq.decode.load import choose_products
+from seq2seq.decode.schedule import decoding
 from seq2seq.model.absolute import Sinusoidal
 from seq2seq.model.transformer import EncoderDecoder
 
@@ -124,12 +126,15 @@ class Floor:
 
 
 def ours(model: EncoderDecoder, memory: Tensor, mask: Tensor, steps: int) -> list[list[int]]:
-    """`steps` greedy steps of model.decode from BOS, for every row of memory (N, S, D)."""
+    """`steps` greedy steps of model.decode from BOS, for every row of memory (N, S, D), inside
+    `decoding(model)` as the searches run (eval mode, attributes read directly)."""
     cache, out = model.new_cache(steps), []
     token = torch.full((memory.size(0), 1), BOS_ID)  # (N, 1)
-    for _ in range(steps):
-        token = model.decode(token, memory, mask, cache)[:, -1].argmax(-1, keepdim=True)  # (N, 1)
-        out.append(token.view(-1))
+    with decoding(model):
+        for _ in range(steps):
+            logits = model.decode(token, memory, mask, cache)[:, -1]  # (N, V)
+            token = logits.argmax(-1, keepdim=True)  # (N, 1)
+            out.append(token.view(-1))
     return torch.stack(out, 1).tolist()
 
 
