@@ -154,9 +154,9 @@ class MultiHeadAttention(nn.Module):
 def long_rows(offset: Offset, q_len: int, k_len: int) -> tuple[Tensor, int] | None:
     """For rows at their own positions `offset` (B,) with q_len queries each over k_len keys
     (positions 0 .. k_len - 1): the rows (J,) that attend over all of them and the keys L the
-    others reach (their furthest query's position + 1), where splitting the rows so at most
-    halves the keys attended to (B x Tk against J x Tk + (B - J) x L, the best J); else None
-    (an int offset, fewer than LONG_ROWS_MIN_KEYS keys, or no such split)."""
+    others reach (their furthest query's position + 1), for the J that attends to the fewest
+    keys (J x Tk + (B - J) x L) where that is at most half of B x Tk; else None (an int offset,
+    fewer than LONG_ROWS_MIN_KEYS keys, or no split that halves them)."""
     if not isinstance(offset, Tensor) or k_len < LONG_ROWS_MIN_KEYS:
         return None
     reach = (offset + q_len).tolist()  # keys each row reaches

@@ -14,7 +14,9 @@ entries it added go again. Inside the block nothing may replace a parameter or s
 than by assignment (`module.name = value`, which drops the entry itself): a direct write into
 `_parameters` or `_modules`, a `del`, or setting one to None would leave the old object
 readable. Buffers are left alone: assigning one (a positional table that grows while decoding)
-does not drop an entry. The searches change no parameter or submodule.
+does not drop an entry. The searches change no parameter or submodule. Blocks may nest or
+overlap (two threads decoding with one model): an entry removed while another block still runs
+only sends that block's reads back to `__getattr__`, which returns the same objects.
 """
 
 from __future__ import annotations
