@@ -124,15 +124,16 @@ class MultiHeadAttention(nn.Module):
         masks the rest): where a few reach far past the others (a sentence at its length limit
         beside new ones, continuous batching), the others attend over their own span only
         (`long_rows`) and those few over all Tk keys."""
-        ragged = isinstance(offset, Tensor) and extra is not None and extra.size(0) == q.size(0)
-        split = long_rows(offset, q.size(-2), k.size(-2)) if ragged and key_mask is None else None
-        if split is None or extra is None or not isinstance(offset, Tensor):
-            return self._attend(q, (k, v), key_mask, offset, extra)
-        rows, span = split  # (J,), the keys the other rows reach
-        head = (k[:, :, :span], v[:, :, :span])  # (B, H, L, Dh) each
-        out = self._attend(q, head, None, offset, extra[..., :span])
-        out[rows] = self._attend(q[rows], (k[rows], v[rows]), None, offset[rows], extra[rows])
-        return out  # (B, H, Tq, Dh)
+        if isinstance(offset, Tensor) and extra is not None and extra.size(0) == q.size(0):
+            split = long_rows(offset, q.size(-2), k.size(-2)) if key_mask is None else None
+            if split is not None:
+                rows, span = split  # (J,), the keys the other rows reach
+                head = (k[:, :, :span], v[:, :, :span])  # (B, H, L, Dh) each
+                out = self._attend(q, head, None, offset, extra[..., :span])
+                long = (k[rows], v[rows])  # (J, H, Tk, Dh) each
+                out[rows] = self._attend(q[rows], long, None, offset[rows], extra[rows])
+                return out  # (B, H, Tq, Dh)
+        return self._attend(q, (k, v), key_mask, offset, extra)
 
     def _attend(
         self,
