@@ -61,10 +61,16 @@ def measure_this_checkout() -> None:
     code_version()  # read now, before the benchmark writes its own results into the tree
 
 
+# what benchmarks write into the checkout: not code, so a change there leaves the code as committed
+OUTPUTS = ("docs", "benchmarks/results")
+
+
 @functools.cache
 def code_version() -> str:
-    """The commit of this checkout (short hash), "+changes" when tracked files differ from it;
-    "unknown" outside a git checkout (an installed copy). Read once, as the benchmark starts."""
+    """The commit of this checkout (short hash), "+changes" when tracked files other than the
+    benchmarks' own outputs (OUTPUTS: the documents and results they write) differ from it;
+    "unknown" outside a git checkout (an installed copy). Read once, as the benchmark starts, so
+    that one benchmark after another on a fixed commit records that commit."""
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
@@ -73,7 +79,9 @@ def code_version() -> str:
     commit = git("rev-parse", "--short", "HEAD")
     if not commit:
         return "unknown"
-    return commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+    outputs = [f":(exclude){path}" for path in OUTPUTS]
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", *outputs)
+    return commit + ("+changes" if changed else "")
 
 
 measure_this_checkout()

@@ -493,14 +493,20 @@ def test_a_benchmark_measures_the_checkout_it_is_in(tmp_path: Path) -> None:
 
 def test_the_recorded_code_is_the_commit_the_benchmark_started_on(tmp_path: Path) -> None:
     """code_version is read as a benchmark script starts: the results it then writes into the
-    tree (tracked files) do not mark the code as changed; a tree changed before it starts is."""
-    (tmp_path / "benchmarks").mkdir()
+    tree (tracked files) do not mark the code as changed, nor do an earlier benchmark's (the
+    documents and results a benchmark writes); a tree whose code changed before it starts is."""
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "docs").mkdir()
     (tmp_path / "benchmarks" / "common.py").write_text((BENCH / "common.py").read_text())
-    (tmp_path / "results.json").write_text("{}\n")
+    (tmp_path / "benchmarks" / "results" / "probe.json").write_text("{}\n")
+    (tmp_path / "docs" / "BENCHMARKS.md").write_text("# Benchmarks\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
     probe = tmp_path / "benchmarks" / "probe.py"
     probe.write_text(
         "import pathlib, common\n"
-        "pathlib.Path(common.ROOT, 'results.json').write_text('{\"new\": 1}\\n')\n"
+        "pathlib.Path(common.ROOT, 'benchmarks/results/probe.json').write_text('{\"n\": 1}\\n')\n"
+        "with open(pathlib.Path(common.ROOT, 'docs/BENCHMARKS.md'), 'a') as doc:\n"
+        "    doc.write('a section\\n')\n"
         "print(common.code_version())\n"
     )
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
@@ -515,5 +521,7 @@ def test_the_recorded_code_is_the_commit_the_benchmark_started_on(tmp_path: Path
         run = [sys.executable, str(probe)]
         return subprocess.run(run, capture_output=True, text=True, check=True).stdout.strip()
 
-    assert recorded() == commit  # the run's own results.json does not count
-    assert recorded() == f"{commit}+changes"  # the tree it started on had changed
+    assert recorded() == commit  # the run's own results do not count
+    assert recorded() == commit  # nor the earlier run's, left in the tree
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert recorded() == f"{commit}+changes"  # the code it started on had changed
