@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
+from torch import Tensor
 
 from seq2seq.config.schema import DecodeConfig, PosKind, SearchKind
 from seq2seq.data.tokenizer import EOS_ID
@@ -34,15 +36,18 @@ def batch_by_batch(model: Ensemble | EncoderDecoder, ids: list[list[int]], cfg: 
     return translate_ids(model, ids, dataclasses.replace(cfg, continuous=False))
 
 
-def count_joins(model: EncoderDecoder, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The number of sentences each call of model.add_sentences puts in the rows, from now on."""
+def count_joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of sentences each start (the first rows, then each refill) puts in the rows,
+    from now on."""
     joins: list[int] = []
-    add = model.add_sentences
-    monkeypatch.setattr(
-        model,
-        "add_sentences",
-        lambda c, m, s, slots: (joins.append(m.size(0)), add(c, m, s, slots))[1],
-    )
+    add = schedule._add
+
+    def counted(*args: Any) -> Tensor:
+        started: Tensor = add(*args)
+        joins.append(started.numel())
+        return started
+
+    monkeypatch.setattr(schedule, "_add", counted)
     return joins
 
 
@@ -79,7 +84,7 @@ def test_trained_model_stops_with_eos_and_refills(
     refills happen (counted), and the outputs are batch-by-batch greedy's."""
     ids = random_ids(40, 16, seed=3)
     cfg = DecodeConfig(method=SearchKind.greedy, batch_size=8)
-    joins = count_joins(trained, monkeypatch)
+    joins = count_joins(monkeypatch)
     got = translate_ids(trained, ids, cfg)
     assert sum(joins) == 40
     assert len(joins) > 5
@@ -93,12 +98,30 @@ def test_refill_waits_for_a_share_of_free_rows(
     trained: EncoderDecoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """New sentences join once batch_size / REFILL rows are free (here 2 of 16), never fewer."""
-    joins = count_joins(trained, monkeypatch)
+    joins = count_joins(monkeypatch)
     monkeypatch.setattr(schedule, "REFILL", 8)
     ids = random_ids(60, 16, seed=4)
     translate_ids(trained, ids, DecodeConfig(method=SearchKind.greedy, batch_size=16))
     assert joins[0] == 16
     assert all(n >= 2 for n in joins[1:-1])
+
+
+def test_waiting_sentences_are_encoded_a_batch_at_a_time(
+    trained: EncoderDecoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The encoder runs on batch_size sentences at a time, ahead of the refills that start them
+    (more refills than encoder calls), with batch-by-batch greedy's outputs."""
+    calls: list[int] = []
+    encode = trained.encode
+    monkeypatch.setattr(trained, "encode", lambda src: (calls.append(src.size(0)), encode(src))[1])
+    joins = count_joins(monkeypatch)
+    ids = random_ids(40, 16, seed=3)
+    cfg = DecodeConfig(method=SearchKind.greedy, batch_size=8)
+    got = translate_ids(trained, ids, cfg)
+    assert calls == [8, 8, 8, 8, 8]
+    assert len(joins) > len(calls)
+    monkeypatch.undo()
+    assert_same(got, batch_by_batch(trained, ids, cfg))
 
 
 def test_ensemble_refills_every_model(make_model: MakeModel) -> None:
