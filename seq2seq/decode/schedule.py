@@ -148,7 +148,7 @@ def continuous_greedy(
         return []
     cache = model.new_cache(int(limits.max()))
     waiting = _Waiting(model, src_ids, order, width, max_src_len)
-    first = _add(model, cache, waiting, width, None)  # (N,)
+    first = waiting.start(cache, width, None)  # (N,)
     rows = _Rows.start(first, int(limits.max()), limits[first], torch.full_like(first, min_len))
     memory, src_mask = waiting.memory[:0], waiting.src_mask[:0]  # never read: the caches hold it
     idle = 0  # rows waiting for a sentence
@@ -172,7 +172,7 @@ def continuous_greedy(
             continue
         free = rows.sentence.lt(0).nonzero().squeeze(1)  # (idle,)
         if waiting.left:  # the next sentences take the free rows
-            join = _add(model, cache, waiting, free.numel(), free)  # (J,)
+            join = waiting.start(cache, free.numel(), free)  # (J,)
             rows.fill(free[: join.numel()], join, limits[join], torch.full_like(join, min_len))
             idle -= join.numel()
         else:  # nothing left to start: the free rows leave
@@ -210,18 +210,24 @@ class _Waiting:
         """How many sentences are yet to start."""
         return len(self.order) - self.taken
 
-    def take(self, n: int) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
-        """The next n sentences (fewer if fewer are left), in pieces of one encoder call each:
-        the sentences (B',), their memory (B', S', D) and src_mask (B', S'), S' the longest
-        of them."""
-        while n > 0 and self.left:
+    def start(self, cache: list[LayerCache], n: int, slots: Tensor | None) -> Tensor:
+        """Start the next n sentences (fewer if fewer are left): put them in the rows `slots`
+        of the caches (None: after their rows), the share of each encoder call with its memory
+        cut to its own longest source; returns them (B',)."""
+        started: list[Tensor] = []
+        done = 0  # of the n started
+        while done < n and self.left:
             if self.used == self.sentences.numel():
                 self._encode()
-            k = min(n, self.sentences.numel() - self.used)
+            k = min(n - done, self.sentences.numel() - self.used)
             rows = slice(self.used, self.used + k)
             span = int(self.src_mask[rows].sum(1).max())  # real tokens lead every row
-            yield self.sentences[rows], self.memory[rows, :span], self.src_mask[rows, :span]
-            self.used, self.taken, n = self.used + k, self.taken + k, n - k
+            memory, src_mask = self.memory[rows, :span], self.src_mask[rows, :span]
+            where = None if slots is None else slots[done : done + k]
+            self.model.add_sentences(cache, memory, src_mask, where)
+            started.append(self.sentences[rows])
+            self.used, self.taken, done = self.used + k, self.taken + k, done + k
+        return torch.cat(started)
 
     def _encode(self) -> None:
         """Encode the next `width` sentences of `order`."""
@@ -230,25 +236,6 @@ class _Waiting:
         self.memory, self.src_mask = self.model.encode(src)  # (C, S, D), (C, S)
         self.sentences = torch.tensor(chunk, device=self.device)  # (C,)
         self.used = 0
-
-
-def _add(
-    model: SearchModel,
-    cache: list[LayerCache],
-    waiting: _Waiting,
-    n: int,
-    slots: Tensor | None,
-) -> Tensor:
-    """Start the next n waiting sentences (fewer if fewer are left): put them in the rows
-    `slots` of the caches (None: after their rows); returns them (B',)."""
-    started: list[Tensor] = []
-    count = 0
-    for sentences, memory, src_mask in waiting.take(n):
-        where = None if slots is None else slots[count : count + sentences.numel()]
-        model.add_sentences(cache, memory, src_mask, where)
-        started.append(sentences)
-        count += sentences.numel()
-    return torch.cat(started)
 
 
 def _record(found: list[Hypothesis | None], rows: _Rows, done: Tensor) -> None:

@@ -40,14 +40,14 @@ def count_joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The number of sentences each start (the first rows, then each refill) puts in the rows,
     from now on."""
     joins: list[int] = []
-    add = schedule._add
+    start = schedule._Waiting.start
 
     def counted(*args: Any) -> Tensor:
-        started: Tensor = add(*args)
+        started: Tensor = start(*args)
         joins.append(started.numel())
         return started
 
-    monkeypatch.setattr(schedule, "_add", counted)
+    monkeypatch.setattr(schedule._Waiting, "start", counted)
     return joins
 
 
