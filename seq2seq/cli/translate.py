@@ -3,12 +3,14 @@
     seq2seq-translate ckpt=outputs/numbers/.../checkpoints/best.pt input=src.txt output=hyp.txt
     echo "forty-two" | seq2seq-translate ckpt=... decode=greedy
     seq2seq-translate ckpt=[a.pt,b.pt] decode=sample decode.nbest=3 align=true attention_dir=att
+    seq2seq-translate ckpt=... input=big.txt output=hyp.txt workers=2
 
 A checkpoint decodes as its run was tested (the checkpoint's decode settings); decode=<group> or
 decode.<key>=... on the command line replace them, and the log says which were used. With
 decode.nbest > 1 each input line gives nbest output lines, best first (samples: as drawn).
 Several checkpoints decode as an ensemble; align=true appends " ||| " and alignment pairs to each
-line, attention_dir=DIR writes a heatmap of each sentence's best translation.
+line, attention_dir=DIR writes a heatmap of each sentence's best translation; workers=N (CPU)
+translates in N processes at once, each on 1/N of the cores and of the lines.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from seq2seq.data.text import decode_text, read_lines, split_lines
 from seq2seq.decode.alignment import check_layer, format_alignment
 from seq2seq.decode.attention_plot import require_matplotlib, save_heatmap
 from seq2seq.decode.translator import Translation, Translator
+from seq2seq.decode.workers import WorkerPool
 from seq2seq.errors import ConfigError
+from seq2seq.kernels import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,13 @@ def load_model(cfg: TranslateConfig) -> Translator:
     paths = checkpoints(cfg.ckpt)
     if cfg.attention_dir is not None:
         require_matplotlib()  # before the work, not after it
+    if cfg.workers < 1:
+        raise ConfigError(f"config: workers={cfg.workers} is invalid; it must be at least 1")
+    if cfg.workers > 1 and resolve_device(cfg.device).type != "cpu":
+        raise ConfigError(
+            f"config: workers={cfg.workers} runs several CPU processes, but device={cfg.device} "
+            "is a GPU here: give workers=1, or device=cpu"
+        )
     translator = Translator.from_checkpoint(paths, cfg.device, cfg.quantize)
     if cfg.align:
         check_layer(cfg.align_layer, translator.decoder_layers())
@@ -69,7 +80,13 @@ def translate_lines(
     (Translator.hypotheses). Loads cfg.ckpt unless `translator` is given."""
     translator = translator if translator is not None else load_model(cfg)
     attention = cfg.align or cfg.attention_dir is not None
-    found = translator.hypotheses(lines, cfg.decode, attention)
+    if cfg.workers > 1 and lines:
+        translator.encode(lines)  # its warnings, with the input's line numbers
+        with WorkerPool(checkpoints(cfg.ckpt), cfg.workers, cfg.quantize) as pool:
+            log.info("translating in %d processes of %d threads", pool.workers, pool.threads)
+            found = pool.hypotheses(lines, cfg.decode, attention)
+    else:
+        found = translator.hypotheses(lines, cfg.decode, attention)
     out: list[str] = []
     for nbest in found:
         for t in nbest[: cfg.decode.nbest]:

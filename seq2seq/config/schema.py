@@ -425,6 +425,9 @@ class TranslateConfig:
     # int8: decode with int8 linear layers (CPU only; its speed and BLEU cost: docs/BENCHMARKS.md,
     # "Decoding against CTranslate2")
     quantize: WeightType = WeightType.float32
+    # CPU: translate in this many processes at once, each with its share of the cores and of the
+    # lines (seq2seq/decode/workers.py); the same outputs, more sentences/s on large inputs
+    workers: int = 1
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     # append " ||| " and source-target alignment pairs i-j (0-based subword tokens, EOS left
     # out) to each output line: each target token's most attended source token

@@ -13,7 +13,7 @@ sentences waiting to start are encoded decode.batch_size at a time, ahead of the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -49,10 +49,12 @@ def translate_ids(
     cfg: DecodeConfig,
     max_src_len: int = 1024,
     min_len: int = 0,
+    numbers: Sequence[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode many sources in length-sorted batches (greedy: continuously, when
     cfg.continuous and there are more sources than one batch holds); results come back in
-    input order.
+    input order. `numbers`: each source's index in the whole input, which seeds its samples
+    (default: its index in src_ids; a share of an input keeps the whole input's draws).
 
     Sources that fit in one batch leave no sentence to start once it is under way: refilling
     has nothing to do, and batch-by-batch search drops finished rows the same way, at a lower
@@ -67,7 +69,8 @@ def translate_ids(
             return [[h] for h in best]
         for index in sentence_batches([len(s) for s in src_ids], cfg.batch_size):
             src = pad_sources([src_ids[i] for i in index], max_src_len, device)  # (B, S)
-            found = decode_batch(model, src, cfg, min_len, index)
+            seeds = index if numbers is None else [numbers[i] for i in index]
+            found = decode_batch(model, src, cfg, min_len, seeds)
             for i, hyps in zip(index, found, strict=True):
                 results[i] = hyps
     return results

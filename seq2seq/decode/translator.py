@@ -142,15 +142,9 @@ class Translator:
         in the order drawn), with their scores; with `attention`, their cross-attention too."""
         return self.hypotheses(texts, self.settings(**changes), attention)
 
-    def hypotheses(
-        self, texts: Sequence[str], decode: DecodeConfig, attention: bool = False
-    ) -> list[list[Translation]]:
-        """Translations of `texts` with the settings `decode` (and their `attention` when
-        asked). Words or characters unseen in training become <unk>; texts over the model's
-        data.max_len tokens are truncated to it, with a warning naming them (1-based). In float32
-        on a CPU, the products run on the fastest of oneDNN and ATen here for these settings,
-        timed on a few decoding steps of the model the first time, for the small weights and for
-        the large ones (the output layer) apart (load.choose_products)."""
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """The source ids of `texts`, with a warning naming (1-based) the lines over the model's
+        data.max_len tokens, which the searches truncate to it."""
         ids = self.src_tok.encode_batch(list(texts))
         max_len = self.cfg.data.max_len
         long = [i + 1 for i, x in enumerate(ids) if len(x) > max_len]
@@ -163,11 +157,31 @@ class Translator:
                 max_len,
                 shown,
             )
+        return ids
+
+    def hypotheses(
+        self,
+        texts: Sequence[str],
+        decode: DecodeConfig,
+        attention: bool = False,
+        numbers: Sequence[int] | None = None,
+    ) -> list[list[Translation]]:
+        """Translations of `texts` with the settings `decode` (and their `attention` when
+        asked); `numbers`: each text's index in the whole input, which seeds its samples
+        (default: its index in `texts`; seq2seq/decode/workers.py gives each worker's share the
+        whole input's draws). Words or characters unseen in training become <unk>; texts over
+        the model's data.max_len tokens are truncated to it, with a warning naming them
+        (1-based, Translator.encode). In float32 on a CPU, the products run on the fastest of
+        oneDNN and ATen here for these settings, timed on a few decoding steps of the model the
+        first time, for the small weights and for the large ones (the output layer) apart
+        (load.choose_products)."""
+        ids = self.encode(texts)
+        max_len = self.cfg.data.max_len
         with self.lock:
             if self.weights == WeightType.float32:  # timed once a process for these settings
                 vocab = self.tgt_tok.vocab_size
                 choose_products(self.model, self.cfg.model, decode, vocab)
-            found = translate_ids(self.model, ids, decode, max_len)
+            found = translate_ids(self.model, ids, decode, max_len, numbers=numbers)
             weights: list[list[Tensor | None]] = [[None] * len(n) for n in found]
             if attention:
                 weights = [
