@@ -16,9 +16,12 @@ int8), against our own searches, text in and text out, on the same sentences.
    seq2seq-translate quantize=int8).
    CTranslate2 runs twice per compute type, with CT2_USE_MKL=0 (oneDNN) and =1 (MKL): unset,
    it takes MKL on Intel CPUs only, and oneDNN can be much the faster there (issue #29: 371
-   against 162 sentences/s on an AMX Xeon). Both are reported, and the faster is CTranslate2's
-   figure, the one our ratio is taken against, with the setting it needed. Sentences/s is the
-   mean ± std over repeats.
+   against 162 sentences/s on an AMX Xeon). Every engine also runs in both thread layouts:
+   one worker on all --threads (intra-op threads), and --threads workers of one thread each
+   (`_inter`: CTranslate2's inter_threads=N, intra_threads=1, its documented throughput
+   setting; ours: seq2seq-translate workers=N, seq2seq.decode.workers). All are reported; the
+   fastest of each engine is its figure, with the settings it needed, and the ratio is ours'
+   figure over CTranslate2's. Sentences/s is the mean ± std over repeats.
 3. Checks the premise before any ratio: the share of each export's outputs that are identical
    to ours, and the BLEU of every engine's outputs against the references.
 Writes benchmarks/results/export_speed.json and the docs/BENCHMARKS.md section `export_speed`.
@@ -46,26 +49,37 @@ ENGINES = ("ours", "ct2_float32", "ct2_int8")
 # CTranslate2's GEMM backend, CT2_USE_MKL: 0 oneDNN, 1 MKL; unset, it takes MKL on Intel CPUs
 # only (its backend.cc). Every CTranslate2 engine runs with each, in a process of its own.
 CT2_BACKENDS = ("0", "1")
+# thread layouts: "" one worker on all the threads; "_inter" one worker a thread (CTranslate2's
+# inter_threads, our seq2seq-translate workers=N)
+LAYOUTS = ("", "_inter")
 # ours_int8: our search with every linear layer in int8 (seq2seq-translate quantize=int8)
-RUNS = ("ours", "ours_int8", *(f"{e}_mkl{b}" for e in ENGINES[1:] for b in CT2_BACKENDS))
+RUNS = (
+    "ours",
+    "ours_inter",
+    "ours_int8",
+    *(f"{e}_mkl{b}{layout}" for e in ENGINES[1:] for b in CT2_BACKENDS for layout in LAYOUTS),
+)
 
 
-def split_run(run: str) -> tuple[str, str | None]:
-    """'ct2_float32_mkl0' -> ('ct2_float32', '0'); 'ours' -> ('ours', None)."""
-    engine, _, backend = run.partition("_mkl")
-    return engine, backend or None
+def split_run(run: str) -> tuple[str, str | None, bool]:
+    """'ct2_float32_mkl0_inter' -> ('ct2_float32', '0', True); 'ours' -> ('ours', None, False)."""
+    inter = run.endswith("_inter")
+    engine, _, backend = run.removesuffix("_inter").partition("_mkl")
+    return engine, backend or None, inter
 
 
 def worker(run: str, search: str, inputs_path: str) -> None:
     """Decode the inputs once after a warm-up batch; print outputs and seconds as JSON."""
     inputs = json.loads(Path(inputs_path).read_text())
     texts, threads, beam = inputs["texts"], inputs["threads"], SEARCHES[search]
-    engine, _ = split_run(run)
+    engine, _, inter = split_run(run)
+    workers = threads if inter else 1
     if engine in ("ours", "ours_int8"):
-        decode = ours_decoder(inputs, beam, "int8" if engine == "ours_int8" else "float32")
+        quantize = "int8" if engine == "ours_int8" else "float32"
+        decode = ours_decoder(inputs, beam, quantize, workers)
     else:
-        decode = ct2_decoder(inputs, engine, threads, beam)
-    decode(texts[:BATCH])  # warm-up
+        decode = ct2_decoder(inputs, engine, threads, beam, workers)
+    decode(texts[: BATCH * workers])  # warm-up, a batch for each worker
     start = time.perf_counter()
     out, lengths = decode(texts)
     seconds = time.perf_counter() - start
@@ -73,41 +87,54 @@ def worker(run: str, search: str, inputs_path: str) -> None:
     print(json.dumps({**result, "peak_rss_mb": peak_rss_mb()}))
 
 
-def ours_decoder(inputs: dict[str, Any], beam: int, quantize: str) -> Any:
+def ours_decoder(inputs: dict[str, Any], beam: int, quantize: str, workers: int = 1) -> Any:
+    """Our search in this process, or (workers > 1) in a seq2seq.decode.workers pool of that
+    many processes sharing the threads, started here, before the clock."""
     import torch
 
     from seq2seq.decode.translator import Translator
+    from seq2seq.decode.workers import WorkerPool
 
     torch.set_num_threads(inputs["threads"])
     translator = Translator.from_checkpoint(inputs["ckpt"], device="cpu", quantize=quantize)
-    method = "beam" if beam > 1 else "greedy"
     # CTranslate2's stopping rule: one length limit for every sentence (it has no a * |src| + b)
-    limit = inputs["max_decoding_length"]
+    changes = {
+        "method": "beam" if beam > 1 else "greedy",
+        "beam_size": beam,
+        "batch_size": BATCH,
+        "max_len_a": 0.0,
+        "max_len_b": inputs["max_decoding_length"],
+    }
+    if workers > 1:
+        pool = WorkerPool(inputs["ckpt"], workers, quantize, threads=inputs["threads"])
+        settings = translator.settings(**changes)
 
     def decode(texts: list[str]) -> tuple[list[str], list[int]]:
-        best = [
-            n[0]
-            for n in translator.translate_nbest(
-                texts,
-                method=method,
-                beam_size=beam,
-                batch_size=BATCH,
-                max_len_a=0.0,
-                max_len_b=limit,
-            )
-        ]
+        if workers > 1:
+            found = pool.hypotheses(texts, settings)
+        else:
+            found = translator.translate_nbest(texts, **changes)
+        best = [n[0] for n in found]
         return [t.text for t in best], [len(t.tokens) for t in best]
 
     return decode
 
 
-def ct2_decoder(inputs: dict[str, Any], engine: str, threads: int, beam: int) -> Any:
+def ct2_decoder(
+    inputs: dict[str, Any], engine: str, threads: int, beam: int, workers: int = 1
+) -> Any:
+    """CTranslate2 on all the threads (workers=1), or with `workers` replicas of threads /
+    workers threads each (inter_threads: translate_batch runs its batches side by side)."""
     import ctranslate2
     import sentencepiece as spm
 
     folder = inputs["folders"][engine]
     translator = ctranslate2.Translator(
-        folder, device="cpu", compute_type="default", inter_threads=1, intra_threads=threads
+        folder,
+        device="cpu",
+        compute_type="default",
+        inter_threads=workers,
+        intra_threads=max(1, threads // workers),
     )
     src = spm.SentencePieceProcessor(model_file=f"{folder}/source.spm")
     tgt = spm.SentencePieceProcessor(model_file=f"{folder}/target.spm")
@@ -236,36 +263,51 @@ def summarize(runs: dict[str, list[dict]], refs: list[str], n: int) -> dict[str,
     return out
 
 
+def fastest(summary: dict[str, Any], engine: str) -> str | None:
+    """The run of `engine` ("ours" or a CTranslate2 engine) with the most sentences/s, over its
+    backends and thread layouts; None if every one failed."""
+    done = [run for run, s in summary.items() if split_run(run)[0] == engine and "error" not in s]
+    return max(done, key=lambda run: summary[run]["mean"]) if done else None
+
+
 def ct2_figures(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per CTranslate2 engine of one search: the faster of its CT2_USE_MKL runs (CTranslate2's
-    figure), the setting it took, and ours over it (above 1: ours is faster)."""
-    ours = summary["ours"]["mean"]
+    """Per CTranslate2 engine of one search: its fastest run (CTranslate2's figure), the
+    settings it took, and ours' fastest run over it (above 1: ours is faster)."""
+    ours = fastest(summary, "ours")
+    assert ours is not None, "our own runs failed"
     figures = {}
     for engine in ENGINES[1:]:
-        done = {b: summary[f"{engine}_mkl{b}"] for b in CT2_BACKENDS}
-        done = {b: s for b, s in done.items() if "error" not in s}
-        if done:
-            best = max(done, key=lambda b: done[b]["mean"])
-            mean = done[best]["mean"]
-            figures[engine] = {"ct2_use_mkl": best, "mean": mean, "ours_over_ct2": ours / mean}
+        best = fastest(summary, engine)
+        if best is not None:
+            _, backend, inter = split_run(best)
+            mean = summary[best]["mean"]
+            figures[engine] = {
+                "ct2_use_mkl": backend,
+                "inter_threads": inter,
+                "mean": mean,
+                "ours": ours,
+                "ours_over_ct2": summary[ours]["mean"] / mean,
+            }
     return figures
 
 
-def table(summary: dict[str, Any], n: int) -> list[str]:
-    """One search's rows: every run, CTranslate2 with each CT2_USE_MKL."""
-    ours = summary["ours"]["mean"]
+def table(summary: dict[str, Any], n: int, threads: int) -> list[str]:
+    """One search's rows: every run (CTranslate2 with each CT2_USE_MKL), each thread layout;
+    "ours / engine" is ours' fastest run over the row's."""
+    ours = summary[fastest(summary, "ours") or "ours"]["mean"]
     lines = [
-        "| engine | CT2_USE_MKL | sentences/s | ours / engine | BLEU | identical to ours "
-        f"| stopped at {MAX_LENGTH} tokens | peak RSS MB |",
-        "|---|---|---|---|---|---|---|---|",
+        "| engine | CT2_USE_MKL | workers x threads | sentences/s | ours / engine | BLEU "
+        f"| identical to ours | stopped at {MAX_LENGTH} tokens | peak RSS MB (a process) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for run, s in summary.items():
-        engine, backend = split_run(run)
+        engine, backend, inter = split_run(run)
+        layout = f"{threads} x 1" if inter else f"1 x {threads}"
         if "error" in s:
-            lines.append(f"| {engine} | {backend} | failed | - | - | - | - | - |")
+            lines.append(f"| {engine} | {backend} | {layout} | failed | - | - | - | - | - |")
             continue
         lines.append(
-            f"| {engine} | {backend or '-'} | {s['mean']:.1f} ± {s['std']:.1f} | "
+            f"| {engine} | {backend or '-'} | {layout} | {s['mean']:.1f} ± {s['std']:.1f} | "
             f"{ours / s['mean']:.2f} | {s['bleu']:.2f} | {s['identical_to_ours']}/{n} | "
             f"{s['at_limit']} | {s['peak_rss_mb']:.0f} |"
         )
@@ -278,15 +320,20 @@ def report(args: argparse.Namespace, result: dict[str, Any], checks: dict[str, A
         f"Checkpoint `{args.ckpt}`; the first {n} sentences of {args.split}; batches of {BATCH} "
         f"sentences, {args.threads} threads, {args.repeats} repeats (mean ± std); text in, text "
         f"out; every engine stops a sentence at EOS or {MAX_LENGTH} tokens. CTranslate2 runs "
-        "with CT2_USE_MKL=0 (oneDNN) and =1 (MKL), each in its own process; its figure is the "
-        "faster of the two.",
+        "with CT2_USE_MKL=0 (oneDNN) and =1 (MKL), each in its own process, and every engine "
+        f"with one worker on {args.threads} threads and with {args.threads} workers of one "
+        "thread (CTranslate2's inter_threads, our workers=N); each engine's figure is its "
+        "fastest run. The peak RSS of a run with workers is its parent's only.",
     ]
     for search, summary in result["summary"].items():
-        lines += ["", f"**{search}**", "", *table(summary, n), ""]
+        lines += ["", f"**{search}**", "", *table(summary, n, args.threads), ""]
         for engine, f in result["ct2"][search].items():
+            ours = summary[f["ours"]]["mean"]
             lines.append(
                 f"- {engine}: CTranslate2's figure {f['mean']:.1f} sentences/s "
-                f"(CT2_USE_MKL={f['ct2_use_mkl']}); ours / CTranslate2 {f['ours_over_ct2']:.2f}"
+                f"(CT2_USE_MKL={f['ct2_use_mkl']}, inter_threads "
+                f"{args.threads if f['inter_threads'] else 1}); ours {ours:.1f} ({f['ours']}); "
+                f"ours / CTranslate2 {f['ours_over_ct2']:.2f}"
             )
     lines += ["", "Export self-checks (greedy, the checkpoint's validation split):", ""]
     for q, c in checks.items():

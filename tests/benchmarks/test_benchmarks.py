@@ -200,34 +200,72 @@ def export_speed(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 def test_export_speed_runs_ctranslate2_with_both_backends(
     export_speed: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both CT2_USE_MKL values per compute type, each its own run; ours without one; the faster
-    is CTranslate2's figure, and a backend that fails (a build without MKL) leaves the other."""
+    """Both CT2_USE_MKL values per compute type and both thread layouts per engine, each its own
+    run; ours without a backend; the fastest run is each engine's figure, and a backend that
+    fails (a build without MKL) leaves the others."""
     assert export_speed.RUNS == (
         "ours",
+        "ours_inter",
         "ours_int8",
         "ct2_float32_mkl0",
+        "ct2_float32_mkl0_inter",
         "ct2_float32_mkl1",
+        "ct2_float32_mkl1_inter",
         "ct2_int8_mkl0",
+        "ct2_int8_mkl0_inter",
         "ct2_int8_mkl1",
+        "ct2_int8_mkl1_inter",
     )
+    assert export_speed.split_run("ct2_int8_mkl1_inter") == ("ct2_int8", "1", True)
+    assert export_speed.split_run("ours_inter") == ("ours", None, True)
+    assert export_speed.split_run("ours_int8") == ("ours_int8", None, False)
     monkeypatch.setenv("CT2_USE_MKL", "1")
     assert "CT2_USE_MKL" not in export_speed.run_env("ours", 2)
     assert "CT2_USE_MKL" not in export_speed.run_env("ours_int8", 2)
     assert export_speed.run_env("ct2_int8_mkl0", 2)["CT2_USE_MKL"] == "0"
+    assert export_speed.run_env("ct2_int8_mkl0_inter", 2)["CT2_USE_MKL"] == "0"
     summary = {
         "ours": {"mean": 200.0},
+        "ours_inter": {"mean": 220.0},
+        "ours_int8": {"mean": 300.0},  # another engine: not ours' figure
         "ct2_float32_mkl0": {"mean": 371.0},
+        "ct2_float32_mkl0_inter": {"mean": 400.0},
         "ct2_float32_mkl1": {"mean": 162.0},
+        "ct2_float32_mkl1_inter": {"mean": 170.0},
         "ct2_int8_mkl0": {"error": "no MKL in this build"},
+        "ct2_int8_mkl0_inter": {"error": "no MKL in this build"},
         "ct2_int8_mkl1": {"mean": 250.0},
+        "ct2_int8_mkl1_inter": {"mean": 240.0},
     }
     figures = export_speed.ct2_figures(summary)
     assert figures["ct2_float32"] == {
         "ct2_use_mkl": "0",
-        "mean": 371.0,
-        "ours_over_ct2": 200.0 / 371.0,
+        "inter_threads": True,
+        "mean": 400.0,
+        "ours": "ours_inter",
+        "ours_over_ct2": 220.0 / 400.0,
     }
     assert figures["ct2_int8"]["ct2_use_mkl"] == "1"
+    assert figures["ct2_int8"]["inter_threads"] is False
+    rows = export_speed.table(
+        {
+            k: {
+                **v,
+                "std": 0.0,
+                "bleu": 1.0,
+                "identical_to_ours": 1,
+                "at_limit": 0,
+                "peak_rss_mb": 1,
+            }
+            if "error" not in v
+            else v
+            for k, v in summary.items()
+        },
+        1,
+        2,
+    )
+    assert "| ours | - | 2 x 1 | 220.0 ± 0.0 | 1.00 |" in "\n".join(rows)
+    assert "| ct2_float32 | 0 | 2 x 1 | 400.0 ± 0.0 | 0.55 |" in "\n".join(rows)
 
 
 def test_export_speed_gives_ours_ctranslate2s_stopping_rule(
