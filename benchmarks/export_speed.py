@@ -106,7 +106,7 @@ def ours_decoder(inputs: dict[str, Any], beam: int, quantize: str, workers: int 
         "max_len_b": inputs["max_decoding_length"],
     }
     if workers > 1:
-        pool = WorkerPool(inputs["ckpt"], workers, quantize, threads=inputs["threads"])
+        pool = WorkerPool(translator, inputs["ckpt"], workers, threads=inputs["threads"])
         settings = translator.settings(**changes)
 
     def decode(texts: list[str]) -> tuple[list[str], list[int]]:

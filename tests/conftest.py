@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,6 +142,22 @@ def trained(make_model: MakeModel) -> EncoderDecoder:
 def make_sources() -> MakeSources:
     """Factory for (B, S) source batches: make_sources([5, 3], seed=1, pad_to=9)."""
     return _random_sources
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_choices_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Product choices timed outside a test (module fixtures) go to the session's folder, never
+    to the user's cache (seq2seq.decode.load.choices_file)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SEQ2SEQ_CACHE_DIR", str(tmp_path_factory.mktemp("seq2seq-cache")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def own_choices_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Product choices a test times (seq2seq.decode.load.choose_products) are kept in its own
+    folder, never read from or written to the user's cache, nor from another test's."""
+    monkeypatch.setenv("SEQ2SEQ_CACHE_DIR", str(tmp_path / "seq2seq-cache"))
 
 
 @pytest.fixture(autouse=True)

@@ -82,8 +82,13 @@ def translate_lines(
     attention = cfg.align or cfg.attention_dir is not None
     if cfg.workers > 1 and lines:
         translator.encode(lines)  # its warnings, with the input's line numbers
-        with WorkerPool(checkpoints(cfg.ckpt), cfg.workers, cfg.quantize) as pool:
-            log.info("translating in %d processes of %d threads", pool.workers, pool.threads)
+        with WorkerPool(translator, checkpoints(cfg.ckpt), cfg.workers) as pool:
+            log.info(
+                "translating in %d processes of %d threads (%s)",
+                pool.workers,
+                pool.threads,
+                pool.start_method,
+            )
             found = pool.hypotheses(lines, cfg.decode, attention)
     else:
         found = translator.hypotheses(lines, cfg.decode, attention)

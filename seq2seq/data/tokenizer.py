@@ -363,7 +363,7 @@ def cache_path(cache_dir: Path, settings: dict[str, object], texts: Sequence[str
     return Path(cache_dir) / f"{settings['kind']}-{digest.hexdigest()}{suffix}"
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     """Writes `data` to `path` via a temporary file, so readers never see a partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as handle:
@@ -384,7 +384,7 @@ def tokenizer_bytes(tokenizer: Tokenizer) -> bytes:
 
 def save_tokenizer(path: Path, tokenizer: Tokenizer) -> None:
     """Write `tokenizer` to `path` atomically (`tokenizer_bytes`)."""
-    _write_atomic(path, tokenizer_bytes(tokenizer))
+    write_atomic(path, tokenizer_bytes(tokenizer))
 
 
 def load_tokenizer(path: Path, kind: str) -> Tokenizer:

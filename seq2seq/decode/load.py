@@ -5,13 +5,15 @@ trained. Imports no training or data-preparation code."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from seq2seq import kernels
+from seq2seq import __version__, kernels
 from seq2seq.config.schema import (
     DecodeConfig,
     ModelConfig,
@@ -19,24 +21,35 @@ from seq2seq.config.schema import (
     TrainConfig,
     config_from_dict,
 )
-from seq2seq.data.tokenizer import EOS_ID, SPECIAL_TOKENS, Tokenizer, tokenizer_from_state
+from seq2seq.data.tokenizer import (
+    EOS_ID,
+    SPECIAL_TOKENS,
+    Tokenizer,
+    tokenizer_from_state,
+    write_atomic,
+)
 from seq2seq.decode.ensemble import Ensemble, SearchModel, check_same_vocabularies
 from seq2seq.decode.schedule import decoding
 from seq2seq.decode.search import decode_batch
 from seq2seq.kernels import resolve_device
 from seq2seq.model.transformer import EncoderDecoder, build_model
 from seq2seq.train.checkpoint import load_checkpoint, load_model_state
+from seq2seq.train.machine import cpu_flags, cpu_id, cpu_info
 
 log = logging.getLogger(__name__)
 
 # where decoding's float32 products run: the small weights' backend, then the large ones'
 # (kernels.set_products(small, large); onednn.LARGE_WEIGHT: the output layer's (V, D))
 Backends = tuple[str, str]
-# (model sizes, vocabulary, search settings) -> the fastest backends and every pair's timing
+# (model sizes, vocabulary, search settings, threads) -> the fastest backends and every pair's
+# timing
 _PRODUCTS: dict[tuple[object, ...], tuple[Backends, dict[Backends, float]]] = {}
 PROBE_STEPS = 8  # decoder steps of the timed search
 PROBE_SOURCE_LEN = 16  # tokens per timed source, EOS included
 PROBE_ROUNDS = 3  # timed searches per backend, after an untimed one
+# where the choices timed on this machine are kept between processes (a folder; default:
+# $XDG_CACHE_HOME/seq2seq, else ~/.cache/seq2seq)
+CACHE_ENV = "SEQ2SEQ_CACHE_DIR"
 
 
 def load_for_inference(
@@ -99,23 +112,92 @@ def time_decoding(model: SearchModel, decode: DecodeConfig, vocab: int) -> dict[
         kernels.set_products(*before)
 
 
+def products_key(config: ModelConfig, decode: DecodeConfig, vocab: int) -> tuple[object, ...]:
+    """What choose_products' answer depends on: the model's sizes, the search's settings and
+    this process's torch threads."""
+    search = (decode.method, decode.beam_size, decode.nbest, decode.batch_size)
+    sizes = (config.d_model, config.d_ff, config.enc_layers, config.dec_layers, vocab)
+    return (*sizes, search, torch.get_num_threads())
+
+
+def choices_file() -> Path:
+    """The file of product choices timed on this machine: decode_products.json in $CACHE_ENV,
+    else in $XDG_CACHE_HOME/seq2seq, else in ~/.cache/seq2seq."""
+    root = os.environ.get(CACHE_ENV)
+    if not root:
+        root = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "seq2seq")
+    return Path(root).expanduser() / "decode_products.json"
+
+
+def machine_key(key: tuple[object, ...]) -> str:
+    """products_key on this machine: with the CPU (model, family and model numbers, speed
+    flags), torch's and seq2seq's versions, whose products and kernels the timing measured."""
+    cpu = [cpu_info()["cpu_model"], cpu_id(), *cpu_flags()]
+    return json.dumps([cpu, torch.__version__, __version__, [str(k) for k in key]])
+
+
+def _read_choices(path: Path) -> dict[str, object]:
+    """The choices file's entries; none where it is missing or unreadable (timed anew)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def stored_products(key: tuple[object, ...]) -> Backends | None:
+    """The choice timed for `key` on this machine by an earlier process, if any (an entry that
+    names no pair of kernels.product_backends() is ignored)."""
+    got = _read_choices(choices_file()).get(machine_key(key))
+    if isinstance(got, list) and tuple(got) in backend_pairs():
+        return got[0], got[1]
+    return None
+
+
+def store_products(key: tuple[object, ...], chosen: Backends) -> None:
+    """Keep `chosen` for `key` in the choices file (written atomically); a folder that cannot
+    be written leaves the next process to time it again."""
+    path = choices_file()
+    data = _read_choices(path)
+    data[machine_key(key)] = list(chosen)
+    try:
+        write_atomic(path, json.dumps(data, indent=1).encode())
+    except OSError as err:
+        log.info("could not keep the products' choice in %s (%s): timed again next time", path, err)
+
+
+def remember_products(
+    config: ModelConfig, decode: DecodeConfig, vocab: int, chosen: Backends
+) -> None:
+    """Take `chosen` as choose_products' answer here for these sizes and settings, untimed: a
+    translation worker given the choice its parent timed at the worker's threads
+    (seq2seq/decode/workers.py)."""
+    _PRODUCTS[products_key(config, decode, vocab)] = (chosen, {})
+
+
 def choose_products(
     model: SearchModel, config: ModelConfig, decode: DecodeConfig, vocab: int
 ) -> tuple[Backends | None, dict[Backends, float]]:
     """Where decoding's float32 products run, the small weights' and the large ones', and the
     seconds timed for each pair: the fastest for `model` (of sizes `config`) searching with
-    the settings `decode` (`time_decoding`, ~0.1-2 s), timed once a process for those sizes and
-    settings (logged then) and set process-wide. (None, {}) where nothing is timed: another
-    device, or the reference kernels."""
+    the settings `decode` at this process's threads (`time_decoding`, 0.1-5 s), set
+    process-wide. Timed once a machine: the choice is kept in choices_file() for the next
+    processes (their times: {}); delete that file to time again. (None, {}) where nothing is
+    timed: another device, or the reference kernels."""
     device, rows = next(model.parameters()).device, probe_rows(decode)
     if device.type != "cpu" or kernels.get_mode() != "auto":
         return None, {}
-    search = (decode.method, decode.beam_size, decode.nbest, decode.batch_size)
-    key = (config.d_model, config.d_ff, config.enc_layers, config.dec_layers, vocab, search)
+    key = products_key(config, decode, vocab)
+    if key not in _PRODUCTS and (stored := stored_products(key)) is not None:
+        _PRODUCTS[key] = (stored, {})
+        log.info(
+            "float32 decoding products: %s, the large weights' %s (%s)", *stored, choices_file()
+        )
     if key not in _PRODUCTS:
         times = time_decoding(model, decode, vocab)
         small, large = min(times, key=times.__getitem__)  # ties: the first pair, oneDNN's
         _PRODUCTS[key] = ((small, large), times)
+        store_products(key, (small, large))
         shown = ", ".join(f"{'/'.join(pair)} {s * 1e3:.1f} ms" for pair, s in times.items())
         how = f"{decode.method.value}, {rows} rows, {PROBE_STEPS} steps; small/large weights"
         log.info(

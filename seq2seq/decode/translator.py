@@ -38,7 +38,13 @@ from seq2seq.config.schema import (
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.alignment import check_layer, hard_alignment, translation_attention
 from seq2seq.decode.ensemble import SearchModel
-from seq2seq.decode.load import choose_products, load_ensemble, load_for_inference
+from seq2seq.decode.load import (
+    Backends,
+    choose_products,
+    load_ensemble,
+    load_for_inference,
+    remember_products,
+)
 from seq2seq.decode.quantize import quantize_int8
 from seq2seq.decode.schedule import translate_ids
 from seq2seq.errors import ConfigError
@@ -142,6 +148,19 @@ class Translator:
         in the order drawn), with their scores; with `attention`, their cross-attention too."""
         return self.hypotheses(texts, self.settings(**changes), attention)
 
+    def products(self, decode: DecodeConfig) -> Backends | None:
+        """Where the float32 products of searches with `decode` run here (load.choose_products:
+        timed once a process for these settings and torch threads), set process-wide; None
+        when nothing is chosen (int8 weights, another device, the reference kernels)."""
+        if self.weights != WeightType.float32:
+            return None
+        return choose_products(self.model, self.cfg.model, decode, self.tgt_tok.vocab_size)[0]
+
+    def use_products(self, decode: DecodeConfig, chosen: Backends) -> None:
+        """Take `chosen` as products(decode)'s answer here, untimed (a worker given its
+        parent's timing, seq2seq/decode/workers.py)."""
+        remember_products(self.cfg.model, decode, self.tgt_tok.vocab_size, chosen)
+
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """The source ids of `texts`, with a warning naming (1-based) the lines over the model's
         data.max_len tokens, which the searches truncate to it."""
@@ -178,9 +197,7 @@ class Translator:
         ids = self.encode(texts)
         max_len = self.cfg.data.max_len
         with self.lock:
-            if self.weights == WeightType.float32:  # timed once a process for these settings
-                vocab = self.tgt_tok.vocab_size
-                choose_products(self.model, self.cfg.model, decode, vocab)
+            self.products(decode)
             found = translate_ids(self.model, ids, decode, max_len, numbers=numbers)
             weights: list[list[Tensor | None]] = [[None] * len(n) for n in found]
             if attention:

@@ -113,6 +113,73 @@ def test_the_faster_is_kept_once_a_process(
     assert len(fresh_products) == 2  # other settings: timed again
 
 
+def test_a_choice_is_timed_once_a_machine(
+    make_model: MakeModel,
+    fresh_products: list[tuple],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The next process (this one's memory emptied) takes the choice from the choices file,
+    untimed; other threads, another CPU or a corrupt file are timed anew. Catches a choice
+    kept without the thread count or the CPU, or a bad file taken as a choice."""
+    model = make_model()
+    choose_products(model, model.cfg, BEAM, 24)
+    assert len(fresh_products) == 1
+    assert seq2seq.decode.load.choices_file().exists()
+    monkeypatch.setattr(seq2seq.decode.load, "_PRODUCTS", {})  # a new process
+    onednn.set_products("onednn", "onednn")
+    with caplog.at_level(logging.INFO, logger="seq2seq"):
+        assert choose_products(model, model.cfg, BEAM, 24) == (("aten", "onednn"), {})
+    assert len(fresh_products) == 1  # not timed
+    assert (onednn.products(), onednn.large_products()) == ("aten", "onednn")
+    assert "decode_products.json" in caplog.text
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)
+    try:
+        choose_products(model, model.cfg, BEAM, 24)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(fresh_products) == 2  # other threads: timed
+    monkeypatch.setattr(seq2seq.decode.load, "_PRODUCTS", {})
+    monkeypatch.setattr(seq2seq.decode.load, "cpu_id", lambda: "family 1 model 2")
+    choose_products(model, model.cfg, BEAM, 24)
+    assert len(fresh_products) == 3  # another CPU: timed
+    monkeypatch.setattr(seq2seq.decode.load, "_PRODUCTS", {})
+    seq2seq.decode.load.choices_file().write_text("{not json")
+    choose_products(model, model.cfg, BEAM, 24)
+    assert len(fresh_products) == 4  # a corrupt file: timed, and written anew
+    monkeypatch.setattr(seq2seq.decode.load, "_PRODUCTS", {})
+    choose_products(model, model.cfg, BEAM, 24)
+    assert len(fresh_products) == 4
+
+
+def test_a_choice_that_names_no_backends_is_timed_anew(
+    make_model: MakeModel, fresh_products: list[tuple]
+) -> None:
+    model = make_model()
+    key = seq2seq.decode.load.products_key(model.cfg, BEAM, 24)
+    seq2seq.decode.load.store_products(key, ("mkl", "onednn"))
+    assert seq2seq.decode.load.stored_products(key) is None
+    assert choose_products(model, model.cfg, BEAM, 24)[0] == ("aten", "onednn")
+    assert len(fresh_products) == 1
+    assert seq2seq.decode.load.stored_products(key) == ("aten", "onednn")
+
+
+def test_an_unwritable_cache_folder_only_costs_a_timing(
+    make_model: MakeModel,
+    fresh_products: list[tuple],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("SEQ2SEQ_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    model = make_model()
+    assert choose_products(model, model.cfg, BEAM, 24)[0] == ("aten", "onednn")
+    monkeypatch.setattr(seq2seq.decode.load, "_PRODUCTS", {})
+    assert choose_products(model, model.cfg, BEAM, 24)[0] == ("aten", "onednn")
+    assert len(fresh_products) == 2
+
+
 def test_nothing_is_timed_with_the_reference_kernels(
     make_model: MakeModel, fresh_products: list[tuple]
 ) -> None:

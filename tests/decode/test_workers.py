@@ -37,9 +37,13 @@ def texts(ckpt: Path) -> list[str]:
     return [*lines[:10], "", *lines[10:], "seven hundred and one"][:23]
 
 
-@pytest.fixture(scope="module")
-def pool(ckpt: Path) -> Iterator[WorkerPool]:
-    with WorkerPool(ckpt, workers=2, threads=2) as pool:
+@pytest.fixture(scope="module", params=[2, 4], ids=["forked", "spawned"])
+def pool(ckpt: Path, request: pytest.FixtureRequest) -> Iterator[WorkerPool]:
+    """Two workers: of one thread each (forked from a process with the model loaded), or of
+    two (spawned; they load the checkpoint)."""
+    translator = Translator.from_checkpoint(ckpt, "cpu")
+    with WorkerPool(translator, ckpt, workers=2, threads=request.param) as pool:
+        assert pool.start_method == ("fork" if request.param == 2 else "spawn")
         yield pool
 
 
@@ -89,7 +93,7 @@ def test_a_share_samples_as_in_the_whole_input(ckpt: Path, texts: list[str]) -> 
 def test_more_workers_than_lines(ckpt: Path, texts: list[str]) -> None:
     translator = Translator.from_checkpoint(ckpt, "cpu")
     decode = settings(translator, method="greedy")
-    with WorkerPool(ckpt, workers=3, threads=3) as pool:
+    with WorkerPool(translator, ckpt, workers=3, threads=3) as pool:
         assert pool.threads == 1
         got = pool.hypotheses(texts[:2], decode)
         assert [n[0].text for n in got] == [
@@ -98,12 +102,12 @@ def test_more_workers_than_lines(ckpt: Path, texts: list[str]) -> None:
         assert pool.hypotheses([], decode) == []
 
 
-def test_worker_threads_share_the_cores() -> None:
+def test_worker_threads_share_the_cores(ckpt: Path) -> None:
     assert worker_threads(2, 8) == 4
     assert worker_threads(3, 8) == 2
     assert worker_threads(4, 2) == 1  # never none
     with pytest.raises(ConfigError, match="workers=0 is invalid"):
-        WorkerPool("any.pt", workers=0)
+        WorkerPool(Translator.from_checkpoint(ckpt, "cpu"), ckpt, workers=0)
 
 
 def test_the_cli_writes_the_same_file_with_workers(
@@ -126,7 +130,7 @@ def test_the_cli_writes_the_same_file_with_workers(
         )
         assert done.returncode == 0, done.stderr
         outputs.append(out.read_text(encoding="utf-8"))
-    assert "translating in 2 processes of 1 threads" in done.stderr
+    assert "translating in 2 processes of 1 threads (fork)" in done.stderr
     assert outputs[0] == outputs[1]
     assert len(outputs[0].splitlines()) == len(texts)
 
