@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 import torch
@@ -154,10 +153,13 @@ def session_choices_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
 
 
 @pytest.fixture(autouse=True)
-def own_choices_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def own_choices_file(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Product choices a test times (seq2seq.decode.load.choose_products) are kept in its own
-    folder, never read from or written to the user's cache, nor from another test's."""
-    monkeypatch.setenv("SEQ2SEQ_CACHE_DIR", str(tmp_path / "seq2seq-cache"))
+    folder (not in its tmp_path, which some tests list), never read from or written to the
+    user's cache, nor from another test's."""
+    monkeypatch.setenv("SEQ2SEQ_CACHE_DIR", str(tmp_path_factory.mktemp("seq2seq-cache")))
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from seq2seq import __version__, kernels
+from seq2seq import kernels
 from seq2seq.config.schema import (
     DecodeConfig,
     ModelConfig,
@@ -131,9 +131,9 @@ def choices_file() -> Path:
 
 def machine_key(key: tuple[object, ...]) -> str:
     """products_key on this machine: with the CPU (model, family and model numbers, speed
-    flags), torch's and seq2seq's versions, whose products and kernels the timing measured."""
+    flags) and torch's version, whose oneDNN and ATen products the timing measured."""
     cpu = [cpu_info()["cpu_model"], cpu_id(), *cpu_flags()]
-    return json.dumps([cpu, torch.__version__, __version__, [str(k) for k in key]])
+    return json.dumps([cpu, torch.__version__, [str(k) for k in key]])
 
 
 def _read_choices(path: Path) -> dict[str, object]:
