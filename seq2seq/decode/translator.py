@@ -150,8 +150,9 @@ class Translator:
 
     def products(self, decode: DecodeConfig) -> Backends | None:
         """Where the float32 products of searches with `decode` run here (load.choose_products:
-        timed once a process for these settings and torch threads), set process-wide; None
-        when nothing is chosen (int8 weights, another device, the reference kernels)."""
+        timed once a machine for these settings and torch threads, then read back), set
+        process-wide; None when nothing is chosen (int8 weights, another device, the reference
+        kernels)."""
         if self.weights != WeightType.float32:
             return None
         return choose_products(self.model, self.cfg.model, decode, self.tgt_tok.vocab_size)[0]
@@ -192,8 +193,8 @@ class Translator:
         the model's data.max_len tokens are truncated to it, with a warning naming them
         (1-based, Translator.encode). In float32 on a CPU, the products run on the fastest of
         oneDNN and ATen here for these settings, timed on a few decoding steps of the model the
-        first time, for the small weights and for the large ones (the output layer) apart
-        (load.choose_products)."""
+        first time on this machine, for the small weights and for the large ones (the output
+        layer) apart (load.choose_products)."""
         ids = self.encode(texts)
         max_len = self.cfg.data.max_len
         with self.lock:
