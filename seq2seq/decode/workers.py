@@ -96,8 +96,10 @@ def torch_threads(n: int) -> Iterator[None]:
 class WorkerPool:
     """`workers` processes that translate with `translator`'s checkpoint(s) `paths`, each on its
     share of the threads (worker_threads): forked from this process at one thread each, spawned
-    otherwise. Use as a context manager, or close() it. Not a paper's idea: the inter-batch
-    parallelism of CPU decoders (CTranslate2's inter_threads, Marian's CPU workers)."""
+    otherwise (a script that spawns them runs under `if __name__ == "__main__":`, as any
+    multiprocessing script). Use as a context manager, or close() it. Not a paper's idea: the
+    inter-batch parallelism of CPU decoders (CTranslate2's inter_threads, Marian's CPU
+    workers)."""
 
     def __init__(
         self,
