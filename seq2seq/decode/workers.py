@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from multiprocessing import get_context
+from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from types import TracebackType
 
@@ -114,7 +114,7 @@ class WorkerPool:
             raise ConfigError(f"config: workers={workers} is invalid; it must be at least 1")
         self.translator, self.workers = translator, workers
         self.threads = worker_threads(workers, threads)
-        if self.threads == 1:
+        if self.threads == 1 and "fork" in get_all_start_methods():  # not on Windows
             self.start_method = "fork"
             self.pool = ProcessPoolExecutor(
                 workers, get_context("fork"), initializer=_adopt, initargs=(translator,)
