@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from seq2seq.cli.app import decode_settings, entry_point
-from seq2seq.config.checks import check_decode
+from seq2seq.config.checks import check_decode, check_workers
 from seq2seq.config.schema import TranslateConfig, register_configs
 from seq2seq.data.text import decode_text, read_lines, split_lines
 from seq2seq.decode.alignment import check_layer, format_alignment
@@ -59,8 +59,7 @@ def load_model(cfg: TranslateConfig) -> Translator:
     paths = checkpoints(cfg.ckpt)
     if cfg.attention_dir is not None:
         require_matplotlib()  # before the work, not after it
-    if cfg.workers < 1:
-        raise ConfigError(f"config: workers={cfg.workers} is invalid; it must be at least 1")
+    check_workers(cfg.workers)
     if cfg.workers > 1 and resolve_device(cfg.device).type != "cpu":
         raise ConfigError(
             f"config: workers={cfg.workers} runs several CPU processes, but device={cfg.device} "
@@ -81,7 +80,6 @@ def translate_lines(
     translator = translator if translator is not None else load_model(cfg)
     attention = cfg.align or cfg.attention_dir is not None
     if cfg.workers > 1 and lines:
-        translator.encode(lines)  # its warnings, with the input's line numbers
         with WorkerPool(translator, checkpoints(cfg.ckpt), cfg.workers) as pool:
             log.info(
                 "translating in %d processes of %d threads (%s)",

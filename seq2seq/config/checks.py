@@ -50,6 +50,11 @@ def check_decode(cfg: DecodeConfig, prefix: str = "decode") -> None:
     _require(0 < cfg.top_p <= 1, f"{prefix}.top_p", cfg.top_p, "in (0, 1]")
 
 
+def check_workers(workers: int) -> None:
+    """seq2seq-translate workers= (seq2seq/decode/workers.py): processes, at least one."""
+    _require(workers >= 1, "workers", workers, "at least 1")
+
+
 def check_comparison(cfg: EvaluateConfig) -> None:
     """Range checks of seq2seq-evaluate's comparison settings; errors name the key."""
     _require(cfg.paired_bs_n >= 1, "paired_bs_n", cfg.paired_bs_n, "at least 1")

@@ -31,10 +31,10 @@ from types import TracebackType
 
 import torch
 
+from seq2seq.config.checks import check_workers
 from seq2seq.config.schema import DecodeConfig
 from seq2seq.decode.load import Backends
 from seq2seq.decode.translator import Translation, Translator
-from seq2seq.errors import ConfigError
 
 _translator: Translator | None = None  # a worker's own (_adopt, _load)
 
@@ -110,8 +110,7 @@ class WorkerPool:
     ) -> None:
         """`translator`: loaded from `paths` on the CPU (its weights: float32 or int8, as the
         workers'). `threads`: in all (default: this process's torch threads)."""
-        if workers < 1:
-            raise ConfigError(f"config: workers={workers} is invalid; it must be at least 1")
+        check_workers(workers)
         self.translator, self.workers = translator, workers
         self.threads = worker_threads(workers, threads)
         if self.threads == 1 and "fork" in get_all_start_methods():  # not on Windows
@@ -134,6 +133,7 @@ class WorkerPool:
         order. A worker's failure is raised here; a worker that died is a RuntimeError."""
         if not texts:
             return []
+        self.translator.encode(texts)  # the warnings the workers keep quiet, numbered as here
         with torch_threads(self.threads):  # timed as a worker runs them
             products = self.translator.products(decode)
         n, step = len(texts), self.workers
