@@ -16,11 +16,15 @@ Every (engine, mode) runs in its own process; the repeats alternate between engi
 greedy forced mode each engine also times one sentence decoded alone. CTranslate2 runs twice,
 with CT2_USE_MKL=0 (oneDNN) and =1 (MKL), its two documented CPU backends (unset, it takes MKL
 on Intel CPUs only, where oneDNN can be far faster): both are reported and the faster is
-CTranslate2's figure. Medians go to benchmarks/results/decode.json and docs/BENCHMARKS.md; our
-speed ratio is given against every engine, against the faster of HF's two attention
-implementations, and against CTranslate2's figure.
+CTranslate2's figure. Ours and CTranslate2 also run with one worker a thread (`_inter` runs:
+CTranslate2's inter_threads, its documented CPU throughput setting; ours: one-thread processes,
+as seq2seq-translate workers=N; see decode_engines.py); each engine's figure is its fastest run.
+Medians go to benchmarks/results/decode.json and docs/BENCHMARKS.md; our speed ratio (ours'
+fastest run over the engine's) is given against every engine, against the faster of HF's two
+attention implementations, and against CTranslate2's figure.
 
-Internally, `--worker ENGINE MODE INPUTS` runs one engine in one mode and prints JSON; that path
+Internally, `--worker ENGINE MODE INPUTS` runs one engine (ENGINE_inter: one worker a thread) in
+one mode and prints JSON; that path
 imports neither seq2seq nor torch for the CTranslate2 engines (tests/benchmarks/test_benchmarks.py).
 """
 
@@ -35,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from common import ONEDNN_DEFAULT_CACHES, multi30k_root, peak_rss_mb, run_json
-from decode_engines import ENGINES, LIMIT, MODES, Inputs, runner
+from decode_engines import ENGINES, INTER, LIMIT, MODES, Inputs, runner, split_run
 
 HERE = Path(__file__).resolve().parent
 ENGINE_NAMES = list(ENGINES)
@@ -43,39 +47,39 @@ HF_ENGINES = ("hf_sdpa", "hf_eager")
 CT2_ENGINES = ("ct2_float32", "ct2_int8")
 CT2_BACKENDS = ("0", "1")  # CT2_USE_MKL: 0 oneDNN, 1 MKL
 MAX_CAP_SHARE = 0.10  # natural modes: most of our outputs that may stop at the length cap
+INTER_ENGINES = ("ours", *CT2_ENGINES)  # the engines with such a setting (not HF's generate)
 
 
-def worker(engine: str, mode: str, inputs_path: str, profile: bool) -> None:
-    """Run one engine in one mode and print its result as one line of JSON."""
+def worker(name: str, mode: str, inputs_path: str, profile: bool) -> None:
+    """Run one engine (name: the engine, + INTER for one worker a thread) in one mode and print
+    its result as one line of JSON."""
     inputs = Inputs(**json.loads(Path(inputs_path).read_text()))
     if profile:
         from decode_profile import profile_ours
 
         print(json.dumps(profile_ours(inputs, MODES[mode])))
         return
-    result = runner(engine)(inputs, MODES[mode])
+    engine, _, inter = split_run(name)
+    workers = inputs.threads if inter else 1
+    result = runner(engine)(inputs, MODES[mode], workers=workers)
     print(json.dumps({**result, "peak_rss_mb": peak_rss_mb()}))
 
 
-def expand_runs(engines: list[str]) -> list[str]:
+def expand_runs(engines: list[str], threads: int) -> list[str]:
     """The runs of `engines`: a CTranslate2 engine once per CT2_USE_MKL value
-    ('ct2_float32_mkl0', 'ct2_float32_mkl1'), the others once."""
-    return [
-        run
-        for e in engines
-        for run in ([f"{e}_mkl{b}" for b in CT2_BACKENDS] if e in CT2_ENGINES else [e])
-    ]
-
-
-def split_run(run: str) -> tuple[str, str | None]:
-    """'ct2_int8_mkl1' -> ('ct2_int8', '1'); 'hf_sdpa' -> ('hf_sdpa', None)."""
-    engine, _, backend = run.partition("_mkl")
-    return engine, backend or None
+    ('ct2_float32_mkl0', 'ct2_float32_mkl1'); ours and CTranslate2 also with one worker a thread
+    where there are several threads ('ours_inter', 'ct2_float32_mkl0_inter'); HF's once."""
+    runs = []
+    for e in engines:
+        backends = [f"_mkl{b}" for b in CT2_BACKENDS] if e in CT2_ENGINES else [""]
+        layouts = ["", INTER] if e in INTER_ENGINES and threads > 1 else [""]
+        runs += [f"{e}{backend}{layout}" for backend in backends for layout in layouts]
+    return runs
 
 
 def spawn(run: str, mode: str, inputs_path: Path, threads: int, profile: bool = False) -> dict:
     """One worker process; threads pinned through the environment as well; CT2_USE_MKL as the
-    run says (unset for the other engines)."""
+    run says (unset for the other engines); the worker is told the engine and the layout."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(threads),
@@ -83,12 +87,13 @@ def spawn(run: str, mode: str, inputs_path: Path, threads: int, profile: bool = 
         "TOKENIZERS_PARALLELISM": "false",
     }
     env.pop("CT2_USE_MKL", None)
-    engine, backend = split_run(run)
+    engine, backend, inter = split_run(run)
     if backend is not None:
         env["CT2_USE_MKL"] = backend
     if engine != "ours":  # as users run them: oneDNN's default caches (ours: setup_process)
         env.update(ONEDNN_DEFAULT_CACHES)
-    cmd = [sys.executable, __file__, "--worker", engine, mode, str(inputs_path)]
+    name = engine + (INTER if inter else "")
+    cmd = [sys.executable, __file__, "--worker", name, mode, str(inputs_path)]
     return run_json(cmd + (["--profile"] if profile else []), env, f"{run} {mode}")
 
 
@@ -143,7 +148,7 @@ def prepare_inputs(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
 def measure(args: argparse.Namespace, inputs_path: Path) -> dict[str, dict[str, list[dict]]]:
     """runs[mode][run]: one result per repeat; runs alternate inside every repeat (a
     CTranslate2 engine is two runs, see `expand_runs`)."""
-    names = expand_runs(args.engines)
+    names = expand_runs(args.engines, args.threads)
     runs: dict[str, dict[str, list[dict]]] = {m: {e: [] for e in names} for m in args.modes}
     for rep in range(args.repeats):
         order = names[rep % len(names) :] + names[: rep % len(names)]
@@ -193,15 +198,24 @@ def row(results: list[dict], ours: list[list[int]] | None, limit: int) -> dict[s
     }
 
 
+def fastest(engines: dict[str, dict], engine: str) -> str | None:
+    """The run of `engine` with the most sentences/s over its backends and layouts (None: it
+    did not run)."""
+    runs = [r for r in engines if split_run(r)[0] == engine]
+    return max(runs, key=lambda r: engines[r]["sent_per_s"]) if runs else None
+
+
 def summarize(runs: dict[str, dict[str, list[dict]]]) -> dict[str, dict]:
-    """Per (mode, engine): medians, length-cap share, agreement with ours, our speed ratio."""
+    """Per (mode, engine): medians, length-cap share, agreement with ours (its one-process
+    run), our speed ratio (ours' fastest run over the engine's)."""
     table: dict[str, dict] = {}
     for mode, engines in runs.items():
         ours = engines["ours"][0]["outputs"] if "ours" in engines else None
         table[mode] = {e: row(results, ours, MODES[mode].limit) for e, results in engines.items()}
-        if "ours" in engines:
+        best = fastest(table[mode], "ours")
+        if best is not None:
             for values in table[mode].values():
-                values["ours_speedup"] = table[mode]["ours"]["sent_per_s"] / values["sent_per_s"]
+                values["ours_speedup"] = table[mode][best]["sent_per_s"] / values["sent_per_s"]
     return table
 
 
@@ -217,17 +231,20 @@ def versus_faster_hf(table: dict[str, dict]) -> dict[str, dict[str, Any]]:
 
 
 def ct2_figures(table: dict[str, dict]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per mode and CTranslate2 engine: the faster of its CT2_USE_MKL runs (CTranslate2's
-    figure), the setting it took, and our speed ratio to it (above 1: ours is faster)."""
+    """Per mode and CTranslate2 engine: the fastest of its runs (CTranslate2's figure), the
+    settings it took, ours' fastest run and our speed ratio (above 1: ours is faster)."""
     figures: dict[str, dict[str, dict[str, Any]]] = {}
     for mode, engines in table.items():
+        ours = fastest(engines, "ours")
         for engine in CT2_ENGINES:
-            runs = [r for r in engines if split_run(r)[0] == engine]
-            if runs and "ours" in engines:
-                best = max(runs, key=lambda r: engines[r]["sent_per_s"])
+            best = fastest(engines, engine)
+            if best is not None and ours is not None:
+                _, backend, inter = split_run(best)
                 figures.setdefault(mode, {})[engine] = {
-                    "ct2_use_mkl": split_run(best)[1],
+                    "ct2_use_mkl": backend,
+                    "inter_threads": inter,
                     "sent_per_s": engines[best]["sent_per_s"],
+                    "ours": ours,
                     "ours_speedup": engines[best]["ours_speedup"],
                 }
     return figures

@@ -4,7 +4,13 @@ attention) and CTranslate2 (float32, int8).
 
 Each gets the same length-sorted batches of token ids and the same settings, decodes them all once
 after one warm-up batch, and returns the outputs and the time; in the greedy forced mode it also
-times one sentence decoded alone. This module imports neither torch nor ctranslate2 at the top: the
+times one sentence decoded alone. Ours and CTranslate2 also run with one worker a thread
+(`workers` > 1), their documented CPU throughput setting: CTranslate2 with inter_threads=workers
+and intra_threads 1, handed every batch in one translate_batch call (max_batch_size: it sorts
+the sentences by length and splits them, as the batches here are made, and runs the batches
+side by side); ours in `workers` processes forked with one thread each, sentence i to worker
+i mod workers and back in order (seq2seq.decode.workers' rule). Hugging Face's generate has no
+such setting. This module imports neither torch nor ctranslate2 at the top: the
 CTranslate2 process never loads torch (the two ship different OpenMP runtimes, and sharing one
 process slows CTranslate2 down; tests/benchmarks/test_benchmarks.py checks it).
 """
@@ -26,6 +32,7 @@ FORCED = 32  # output tokens in the forced-length modes
 LIMIT = 64  # natural modes: at most this many output tokens, for every engine
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2  # seq2seq.data.tokenizer's ids (not imported: it loads torch)
 ALONE_REPEATS = 5  # one-sentence decodes timed (median)
+INTER = "_inter"  # a run's suffix: one worker a thread (CTranslate2's inter_threads)
 
 
 @dataclass
@@ -53,6 +60,14 @@ MODES = {
 }
 
 
+def split_run(run: str) -> tuple[str, str | None, bool]:
+    """A run's engine, CT2_USE_MKL and layout: 'ct2_int8_mkl1_inter' -> ('ct2_int8', '1',
+    True); 'hf_sdpa' -> ('hf_sdpa', None, False)."""
+    inter = run.endswith(INTER)
+    engine, _, backend = run.removesuffix(INTER).partition("_mkl")
+    return engine, backend or None, inter
+
+
 @dataclass
 class Inputs:
     """What every engine decodes: sources (ids without EOS), batches of indices, paths."""
@@ -71,7 +86,9 @@ class Result(TypedDict):
     alone_step_ms: float | None  # greedy forced only: one sentence alone, ms per decoder step
 
 
-Runner = Callable[["Inputs", Mode], Result]
+Runner = Callable[..., Result]  # (inputs, mode, workers=...)
+
+_decode: Callable[[list[list[int]]], list[list[int]]] | None = None  # a forked worker's
 
 
 def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list[list[int]]]:
@@ -105,7 +122,9 @@ def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list
     return decode
 
 
-def run_ours(inputs: Inputs, mode: Mode) -> Result:
+def run_ours(inputs: Inputs, mode: Mode, workers: int = 1) -> Result:
+    if workers > 1:
+        return _run_ours_workers(inputs, mode, workers)
     decode = ours_decoder(inputs, mode)
     decode([inputs.src_ids[i] for i in inputs.batches[0]])  # warm-up
     start = time.perf_counter()
@@ -120,6 +139,46 @@ def run_ours(inputs: Inputs, mode: Mode) -> Result:
     }
 
 
+def _adopt(decode: Callable[[list[list[int]]], list[list[int]]]) -> None:
+    """A forked worker's initializer: the parent's decoder (one thread, products chosen)."""
+    global _decode
+    _decode = decode
+
+
+def _decode_share(src_ids: list[list[int]]) -> list[list[int]]:
+    assert _decode is not None, "a worker decodes only after its initializer"
+    return _decode(src_ids)
+
+
+def _run_ours_workers(inputs: Inputs, mode: Mode, workers: int) -> Result:
+    """Ours in `workers` one-thread processes forked from this one, which loads the model and
+    chooses the products at one thread (load.choose_products) and warms up first; sentence i to
+    worker i mod workers. The clock covers the shares' decoding, not the workers' start."""
+    from concurrent.futures import ProcessPoolExecutor
+    from dataclasses import replace
+    from multiprocessing import get_context
+
+    decode = ours_decoder(replace(inputs, threads=1), mode)
+    first = [inputs.src_ids[i] for i in inputs.batches[0]]
+    decode(first)  # warm-up, inherited by every worker
+    context = get_context("fork")
+    with ProcessPoolExecutor(workers, context, initializer=_adopt, initargs=(decode,)) as pool:
+        list(pool.map(_decode_share, [first] * workers))  # every worker started (fork: all)
+        shares = [inputs.src_ids[i::workers] for i in range(workers)]
+        start = time.perf_counter()
+        found = list(pool.map(_decode_share, shares))
+        seconds = time.perf_counter() - start
+    outputs: list[list[int]] = [[] for _ in inputs.src_ids]
+    for i, share in enumerate(found):
+        outputs[i::workers] = share
+    return {
+        "outputs": outputs,
+        "lengths": [len(t) + 1 for t in outputs],  # all end with EOS
+        "seconds": seconds,
+        "alone_step_ms": None,  # one sentence alone: the one-process run's
+    }
+
+
 def _load_ours(path: str, vocab: int) -> EncoderDecoder:
     import torch
     from decode_setup import new_model
@@ -129,10 +188,13 @@ def _load_ours(path: str, vocab: int) -> EncoderDecoder:
     return model.eval()
 
 
-def run_hf(inputs: Inputs, mode: Mode, attention: str) -> Result:
+def run_hf(inputs: Inputs, mode: Mode, attention: str, workers: int = 1) -> Result:
     """MarianMTModel.generate with attention implementation `attention` (sdpa or eager).
     early_stopping=True: a beam ends once it has K finished hypotheses, as ours and
-    CTranslate2 do (HF's default keeps going while a longer one could still score higher)."""
+    CTranslate2 do (HF's default keeps going while a longer one could still score higher).
+    One process on all the threads: generate has no worker setting."""
+    if workers != 1:
+        raise ValueError("Hugging Face's generate runs in one process (workers=1)")
     import torch
     from transformers import MarianMTModel
     from transformers.utils import logging
@@ -171,16 +233,19 @@ def _until_eos(row: list[int]) -> list[int]:
     return row[: row.index(EOS_ID) + 1] if EOS_ID in row else row
 
 
-def run_ct2(inputs: Inputs, mode: Mode, compute_type: str) -> Result:
+def run_ct2(inputs: Inputs, mode: Mode, compute_type: str, workers: int = 1) -> Result:
+    """CTranslate2 on all the threads batch by batch, or (workers > 1) with `workers` replicas
+    of threads / workers threads, handed every batch at once (max_batch_size: the batch size)."""
     import ctranslate2
 
     translator = ctranslate2.Translator(
         inputs.paths[f"ct2_{compute_type}"],
         device="cpu",
         compute_type=compute_type,
-        inter_threads=1,
-        intra_threads=inputs.threads,
+        inter_threads=workers,
+        intra_threads=max(1, inputs.threads // workers),
     )
+    size = len(inputs.batches[0]) if workers > 1 else 0  # 0: as given
     index_of = {token: i for i, token in enumerate(inputs.vocab)}
     # the export adds the EOS our sources end with (its config's add_source_eos)
     pieces = [[inputs.vocab[t] for t in ids] for ids in inputs.src_ids]
@@ -188,6 +253,7 @@ def run_ct2(inputs: Inputs, mode: Mode, compute_type: str) -> Result:
     def decode(index: list[int]) -> list[list[int]]:
         results = translator.translate_batch(
             [pieces[i] for i in index],
+            max_batch_size=size,
             beam_size=mode.beam,
             num_hypotheses=1,
             length_penalty=1.0,
@@ -198,15 +264,26 @@ def run_ct2(inputs: Inputs, mode: Mode, compute_type: str) -> Result:
         )
         return [[index_of[t] for t in r.hypotheses[0]] for r in results]
 
-    return _timed(inputs, mode, decode)
+    return _timed(inputs, mode, decode, workers)
 
 
-def _timed(inputs: Inputs, mode: Mode, decode: Callable[[list[int]], list[list[int]]]) -> Result:
-    """Warm up on the first batch, then decode every batch; outputs back in input order."""
-    decode(inputs.batches[0])
+def _timed(
+    inputs: Inputs,
+    mode: Mode,
+    decode: Callable[[list[int]], list[list[int]]],
+    workers: int = 1,
+) -> Result:
+    """Warm up on the first batch, then decode every batch; outputs back in input order. With
+    workers > 1 the batches go in `workers` at a time for the warm-up and all at once after."""
+    calls = inputs.batches
+    if workers > 1:
+        decode([i for index in calls[:workers] for i in index])
+        calls = [[i for index in calls for i in index]]
+    else:
+        decode(calls[0])
     outputs: list[list[int]] = [[] for _ in inputs.src_ids]
     start = time.perf_counter()
-    for index in inputs.batches:
+    for index in calls:
         for i, row in zip(index, decode(index), strict=True):
             outputs[i] = row
     seconds = time.perf_counter() - start
@@ -214,7 +291,7 @@ def _timed(inputs: Inputs, mode: Mode, decode: Callable[[list[int]], list[list[i
         "outputs": [[t for t in row if t != EOS_ID] for row in outputs],
         "lengths": [len(row) for row in outputs],
         "seconds": seconds,
-        "alone_step_ms": _alone_step_ms(mode, lambda: decode([0])),
+        "alone_step_ms": _alone_step_ms(mode, lambda: decode([0])) if workers == 1 else None,
     }
 
 

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from common import update_doc, write_json
-from decode_engines import ALONE_REPEATS, BEAM, FORCED, LIMIT
+from decode_engines import ALONE_REPEATS, BEAM, FORCED, LIMIT, split_run
 
 LABELS = {
     "ours": "ours (PyTorch)",
@@ -20,13 +20,22 @@ FLOAT32 = ("hf_sdpa", "hf_eager", "ct2_float32")  # the engines that compute our
 
 
 def label(run: str) -> str:
-    """An engine's label; a CTranslate2 run's with its CT2_USE_MKL ('ct2_int8_mkl0')."""
-    engine, _, backend = run.partition("_mkl")
-    return LABELS[engine] + (f" (CT2_USE_MKL={backend})" if backend else "")
+    """A run's label: its engine's; a CTranslate2 run's with its CT2_USE_MKL
+    ('ct2_int8_mkl0'); a run with one worker a thread says so ('ours_inter')."""
+    engine, backend, inter = split_run(run)
+    settings = [f"CT2_USE_MKL={backend}"] if backend else []
+    if inter:
+        settings.append("a replica a thread" if backend else "a worker a thread")
+    base = LABELS[engine]
+    if not settings:
+        return base
+    if base.endswith(")"):  # 'ours (PyTorch)' -> 'ours (PyTorch, a worker a thread)'
+        return f"{base[:-1]}, {', '.join(settings)})"
+    return f"{base} ({', '.join(settings)})"
 
 
 def engine_of(run: str) -> str:
-    return run.partition("_mkl")[0]
+    return split_run(run)[0]
 
 
 METHOD = f"""\
@@ -42,8 +51,13 @@ exponent 1. "at cap": share of outputs with at least {LIMIT} - 1 tokens before a
 run fails when ours exceeds 10% in a natural mode). "same output": share of sentences whose
 output equals ours token for token ("same 1st half": their first half); in forced beam modes
 ours charges log p(EOS) at the limit where the others stop without one, which can change the
-final pick. Peak RSS is the whole process (Python, libraries, model). Ratios above 1: ours is
-faster."""
+final pick. Peak RSS is the whole process (Python, libraries, model; with workers, the
+parent's only). "A replica a thread": CTranslate2 with inter_threads = threads and
+intra_threads 1, its documented CPU throughput setting, handed every batch in one call
+(max_batch_size = the batch size: it sorts by length and splits, as our batches are made);
+"a worker a thread": ours in that many processes forked with one thread each, sentence i to
+worker i mod N (seq2seq-translate workers=N); HF's generate has no such setting. "ours /
+engine": ours' fastest run over the row's; above 1, ours is faster."""
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -107,19 +121,19 @@ def faster_hf_sentence(faster: dict[str, dict[str, Any]]) -> str:
 
 
 def ct2_sentence(figures: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """CTranslate2's figure per mode: the faster of its CT2_USE_MKL runs, and ours over it."""
+    """CTranslate2's figure per mode: the fastest of its runs, and ours' fastest over it."""
     parts = [
         f"{mode} {LABELS[engine]} {f['sent_per_s']:.1f} sent/s with CT2_USE_MKL="
-        f"{f['ct2_use_mkl']} (ours {f['ours_speedup']:.2f}x)"
+        f"{f['ct2_use_mkl']}{', a replica a thread' if f.get('inter_threads') else ''} "
+        f"(ours {f['ours_speedup']:.2f}x, {label(f.get('ours', 'ours'))})"
         for mode, engines in figures.items()
         for engine, f in engines.items()
     ]
     if not parts:
         return ""
     return (
-        "CTranslate2 ran with CT2_USE_MKL=0 (oneDNN) and =1 (MKL); its figure is the faster: "
-        + "; ".join(parts)
-        + "."
+        "CTranslate2 ran with CT2_USE_MKL=0 (oneDNN) and =1 (MKL), and where there are several "
+        "threads also with a replica a thread; its figure is the fastest: " + "; ".join(parts) + "."
     )
 
 

@@ -28,15 +28,17 @@ HEAVY = ("torch", "seq2seq", "transformers")  # what the CTranslate2 worker must
 FAKE_CT2 = """
 import sys, types
 
-class Translator:  # returns "a </s>" for every sentence
+class Translator:  # returns "a </s>" for every sentence; calls kept in fake.calls
     def __init__(self, path, **kwargs):
-        self.kwargs = kwargs
+        fake.calls.append(["init", kwargs])
 
     def translate_batch(self, batch, **kwargs):
+        fake.calls.append(["batch", len(batch), kwargs.get("max_batch_size", 0)])
         return [types.SimpleNamespace(hypotheses=[["a", "</s>"]]) for _ in batch]
 
 fake = types.ModuleType("ctranslate2")
 fake.Translator = Translator
+fake.calls = []
 sys.modules["ctranslate2"] = fake
 """
 
@@ -77,6 +79,66 @@ def test_ct2_worker_never_imports_torch(tmp_path: Path) -> None:
     assert result["outputs"] == [[4], [4]]  # EOS stripped, input order kept
     assert result["lengths"] == [2, 2]
     assert result["alone_step_ms"] is not None
+
+
+def test_ct2_worker_with_a_replica_a_thread(tmp_path: Path) -> None:
+    """decode.py --worker ct2_float32_inter: inter_threads = threads, intra_threads 1, every
+    batch in one translate_batch call split at the batch size (after a warm-up of one batch a
+    replica), outputs back in input order, no one-sentence timing."""
+    inputs = {
+        "src_ids": [[4, 5], [5], [4], [5, 5]],
+        "batches": [[0, 3], [1, 2]],
+        "threads": 2,
+        "vocab": ["<pad>", "<s>", "</s>", "<unk>", "a", "b"],
+        "paths": {"ct2_float32": str(tmp_path)},
+    }
+    path = tmp_path / "inputs.json"
+    path.write_text(json.dumps(inputs))
+    argv = ["decode.py", "--worker", "ct2_float32_inter", "greedy_natural", str(path)]
+    code = FAKE_CT2 + f"sys.argv = {argv!r}\nimport decode\ndecode.main()\n"
+    code += "import json\nprint('CALLS' + json.dumps(fake.calls), file=sys.stderr)\n"
+    done = run_python(code + CHECK.format(heavy=HEAVY))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["outputs"] == [[4]] * 4
+    assert result["alone_step_ms"] is None
+    calls = json.loads(done.stderr.split("CALLS", 1)[1].splitlines()[0])
+    assert calls[0][0] == "init"
+    assert (calls[0][1]["inter_threads"], calls[0][1]["intra_threads"]) == (2, 1)
+    assert calls[1:] == [["batch", 4, 2], ["batch", 4, 2]]  # warm-up (2 batches), then all
+
+
+def test_ours_with_a_worker_a_thread_gives_one_process_outputs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """decode_engines.run_ours with workers=2 (forked one-thread workers, sentence i to worker
+    i mod 2) decodes what one process does, in input order, in a greedy and a beam mode."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import decode_engines
+    import torch
+    from decode_setup import new_model
+
+    vocab = 12
+    torch.save(new_model(vocab, seed=3).state_dict(), tmp_path / "model.pt")
+    gen = torch.Generator().manual_seed(0)
+    src = [torch.randint(4, vocab, (n,), generator=gen).tolist() for n in (3, 7, 2, 5, 4)]
+    inputs = decode_engines.Inputs(
+        src_ids=src,
+        batches=[[1, 3, 4], [0, 2]],
+        vocab=[f"t{i}" for i in range(vocab)],
+        paths={"ours": str(tmp_path / "model.pt")},
+        threads=2,
+    )
+    threads = torch.get_num_threads()
+    try:
+        for mode in ("greedy_natural", "beam5_natural"):
+            one = decode_engines.run_ours(inputs, decode_engines.MODES[mode], workers=1)
+            two = decode_engines.run_ours(inputs, decode_engines.MODES[mode], workers=2)
+            assert two["outputs"] == one["outputs"], mode
+            assert two["lengths"] == one["lengths"]
+            assert two["alone_step_ms"] is None
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None, reason="no ctranslate2")
@@ -142,7 +204,8 @@ def test_machine_fields(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_every_ctranslate2_engine_runs_with_both_backends(decode: ModuleType) -> None:
-    runs = decode.expand_runs(["ours", "ct2_float32", "hf_sdpa", "ct2_int8"])
+    """...and, with several threads, ours and CTranslate2 also with one worker a thread."""
+    runs = decode.expand_runs(["ours", "ct2_float32", "hf_sdpa", "ct2_int8"], 1)
     assert runs == [
         "ours",
         "ct2_float32_mkl0",
@@ -151,8 +214,20 @@ def test_every_ctranslate2_engine_runs_with_both_backends(decode: ModuleType) ->
         "ct2_int8_mkl0",
         "ct2_int8_mkl1",
     ]
-    assert decode.split_run("ct2_int8_mkl1") == ("ct2_int8", "1")
-    assert decode.split_run("hf_eager") == ("hf_eager", None)
+    runs = decode.expand_runs(["ours", "ct2_float32", "hf_eager"], 2)
+    assert runs == [
+        "ours",
+        "ours_inter",
+        "ct2_float32_mkl0",
+        "ct2_float32_mkl0_inter",
+        "ct2_float32_mkl1",
+        "ct2_float32_mkl1_inter",
+        "hf_eager",
+    ]
+    assert decode.split_run("ct2_int8_mkl1") == ("ct2_int8", "1", False)
+    assert decode.split_run("ct2_int8_mkl0_inter") == ("ct2_int8", "0", True)
+    assert decode.split_run("ours_inter") == ("ours", None, True)
+    assert decode.split_run("hf_eager") == ("hf_eager", None, False)
 
 
 def test_spawn_sets_ct2_use_mkl_per_run(
@@ -163,13 +238,15 @@ def test_spawn_sets_ct2_use_mkl_per_run(
     seen: list[tuple[list[str], dict[str, str]]] = []
     monkeypatch.setattr(decode, "run_json", lambda cmd, env, what: seen.append((cmd, env)))
     monkeypatch.setenv("CT2_USE_MKL", "1")
-    for run in ("ct2_float32_mkl0", "ct2_float32_mkl1", "ours", "hf_sdpa"):
+    runs = ("ct2_float32_mkl0", "ct2_float32_mkl1_inter", "ours", "ours_inter", "hf_sdpa")
+    for run in runs:
         decode.spawn(run, "greedy_natural", tmp_path / "inputs.json", 2)
-    assert [env.get("CT2_USE_MKL") for _, env in seen] == ["0", "1", None, None]
+    assert [env.get("CT2_USE_MKL") for _, env in seen] == ["0", "1", None, None, None]
     assert [cmd[cmd.index("--worker") + 1] for cmd, _ in seen] == [
         "ct2_float32",
-        "ct2_float32",
+        "ct2_float32_inter",
         "ours",
+        "ours_inter",
         "hf_sdpa",
     ]
 
@@ -185,8 +262,42 @@ def test_ctranslate2s_figure_is_its_faster_backend(decode: ModuleType) -> None:
     figure = decode.ct2_figures(table)["beam5_natural"]["ct2_float32"]
     assert figure["ct2_use_mkl"] == "0"
     assert figure["sent_per_s"] == 371.0
+    assert figure["inter_threads"] is False
     table["beam5_natural"]["ct2_float32_mkl1"]["sent_per_s"] = 500.0
     assert decode.ct2_figures(table)["beam5_natural"]["ct2_float32"]["ct2_use_mkl"] == "1"
+
+
+def test_each_engines_figure_is_its_fastest_layout(decode: ModuleType) -> None:
+    """With a run a thread layout, CTranslate2's figure and ours are each one's fastest run, and
+    every ratio is ours' fastest over the row's; agreement stays against ours' first run."""
+
+    def result(seconds: float, outputs: list[list[int]]) -> dict[str, Any]:
+        return {
+            "seconds": seconds,
+            "outputs": outputs,
+            "lengths": [len(o) + 1 for o in outputs],
+            "alone_step_ms": None,
+            "peak_rss_mb": 100.0,
+        }
+
+    same, other = [[4, 5], [6]], [[4, 5], [7]]
+    runs = {
+        "greedy_natural": {
+            "ours": [result(2.0, same)],
+            "ours_inter": [result(1.0, same)],
+            "ct2_float32_mkl0": [result(0.8, same)],
+            "ct2_float32_mkl0_inter": [result(0.5, other)],
+            "ct2_float32_mkl1": [result(4.0, same)],
+        }
+    }
+    table = decode.summarize(runs)["greedy_natural"]
+    assert table["ours"]["ours_speedup"] == pytest.approx(2.0)  # ours_inter over ours
+    assert table["ct2_float32_mkl0_inter"]["ours_speedup"] == pytest.approx(0.5)
+    assert table["ct2_float32_mkl0_inter"]["same_output_as_ours"] == 0.5
+    figure = decode.ct2_figures({"greedy_natural": table})["greedy_natural"]["ct2_float32"]
+    assert (figure["ct2_use_mkl"], figure["inter_threads"]) == ("0", True)
+    assert figure["ours"] == "ours_inter"
+    assert figure["ours_speedup"] == pytest.approx(0.5)
 
 
 @pytest.fixture
@@ -403,8 +514,24 @@ def test_decode_report_shows_both_backends_and_ctranslate2s_figure(
     text = decode_report.markdown(result)
     assert "| CTranslate2 float32 (CT2_USE_MKL=0) | 371.0 |" in text
     assert "| CTranslate2 float32 (CT2_USE_MKL=1) | 162.0 |" in text
-    assert "CTranslate2 float32 371.0 sent/s with CT2_USE_MKL=0 (ours 0.27x)" in text
+    figure = "CTranslate2 float32 371.0 sent/s with CT2_USE_MKL=0 (ours 0.27x, ours (PyTorch))"
+    assert figure in text
     assert "beam5_natural 98%" in text  # both backends count among the float32 engines
+
+    engines = result["results"]["beam5_natural"]  # type: ignore[index]
+    engines["ours_inter"] = row(120.0, 1.0)
+    engines["ct2_float32_mkl0_inter"] = row(400.0, 0.97)
+    result["ct2"]["beam5_natural"]["ct2_float32"].update(  # type: ignore[index]
+        sent_per_s=400.0, inter_threads=True, ours="ours_inter", ours_speedup=0.3
+    )
+    text = decode_report.markdown(result)
+    assert "| ours (PyTorch, a worker a thread) | 120.0 |" in text
+    assert "| CTranslate2 float32 (CT2_USE_MKL=0, a replica a thread) | 400.0 |" in text
+    assert (
+        "CTranslate2 float32 400.0 sent/s with CT2_USE_MKL=0, a replica a thread (ours 0.30x, "
+        "ours (PyTorch, a worker a thread))" in text
+    )
+    assert "beam5_natural 97%-98%" in text  # the replica run counts among the float32 engines
 
 
 def test_matmul_bound_builds_train_throughputs_plain_config(
