@@ -60,22 +60,32 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_ct2_worker_never_imports_torch(tmp_path: Path) -> None:
-    """decode.py --worker ct2_float32 greedy_forced, end to end up to CTranslate2's calls."""
+def ct2_worker(
+    tmp_path: Path, name: str, mode: str, src_ids: list[list[int]], batches: list[list[int]]
+) -> tuple[dict[str, Any], list[Any]]:
+    """decode.py --worker NAME MODE on the stand-in ctranslate2 in a fresh interpreter, which
+    must not import torch: its result and the stand-in's calls."""
     inputs = {
-        "src_ids": [[4, 5], [5]],
-        "batches": [[0, 1]],
-        "threads": 1,
+        "src_ids": src_ids,
+        "batches": batches,
+        "threads": 1 if name == "ct2_float32" else 2,
         "vocab": ["<pad>", "<s>", "</s>", "<unk>", "a", "b"],
         "paths": {"ct2_float32": str(tmp_path)},
     }
     path = tmp_path / "inputs.json"
     path.write_text(json.dumps(inputs))
-    argv = ["decode.py", "--worker", "ct2_float32", "greedy_forced", str(path)]
+    argv = ["decode.py", "--worker", name, mode, str(path)]
     code = FAKE_CT2 + f"sys.argv = {argv!r}\nimport decode\ndecode.main()\n"
+    code += "import json\nprint('CALLS' + json.dumps(fake.calls), file=sys.stderr)\n"
     done = run_python(code + CHECK.format(heavy=HEAVY))
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    calls = json.loads(done.stderr.split("CALLS", 1)[1].splitlines()[0])
+    return json.loads(done.stdout.strip().splitlines()[-1]), calls
+
+
+def test_ct2_worker_never_imports_torch(tmp_path: Path) -> None:
+    """decode.py --worker ct2_float32 greedy_forced, end to end up to CTranslate2's calls."""
+    result, _ = ct2_worker(tmp_path, "ct2_float32", "greedy_forced", [[4, 5], [5]], [[0, 1]])
     assert result["outputs"] == [[4], [4]]  # EOS stripped, input order kept
     assert result["lengths"] == [2, 2]
     assert result["alone_step_ms"] is not None
@@ -85,24 +95,10 @@ def test_ct2_worker_with_a_replica_a_thread(tmp_path: Path) -> None:
     """decode.py --worker ct2_float32_inter: inter_threads = threads, intra_threads 1, every
     batch in one translate_batch call split at the batch size (after a warm-up of one batch a
     replica), outputs back in input order, no one-sentence timing."""
-    inputs = {
-        "src_ids": [[4, 5], [5], [4], [5, 5]],
-        "batches": [[0, 3], [1, 2]],
-        "threads": 2,
-        "vocab": ["<pad>", "<s>", "</s>", "<unk>", "a", "b"],
-        "paths": {"ct2_float32": str(tmp_path)},
-    }
-    path = tmp_path / "inputs.json"
-    path.write_text(json.dumps(inputs))
-    argv = ["decode.py", "--worker", "ct2_float32_inter", "greedy_natural", str(path)]
-    code = FAKE_CT2 + f"sys.argv = {argv!r}\nimport decode\ndecode.main()\n"
-    code += "import json\nprint('CALLS' + json.dumps(fake.calls), file=sys.stderr)\n"
-    done = run_python(code + CHECK.format(heavy=HEAVY))
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    src_ids, batches = [[4, 5], [5], [4], [5, 5]], [[0, 3], [1, 2]]
+    result, calls = ct2_worker(tmp_path, "ct2_float32_inter", "greedy_natural", src_ids, batches)
     assert result["outputs"] == [[4]] * 4
     assert result["alone_step_ms"] is None
-    calls = json.loads(done.stderr.split("CALLS", 1)[1].splitlines()[0])
     assert calls[0][0] == "init"
     assert (calls[0][1]["inter_threads"], calls[0][1]["intra_threads"]) == (2, 1)
     assert calls[1:] == [["batch", 4, 2], ["batch", 4, 2]]  # warm-up (2 batches), then all
