@@ -82,6 +82,18 @@ def probe_rows(decode: DecodeConfig) -> int:
     return decode.batch_size * per_sentence.get(decode.method, 1)
 
 
+def probe_settings(decode: DecodeConfig, sentences: int | None = None) -> DecodeConfig:
+    """The settings the products' choice is timed and kept for: `decode`, or, for fewer
+    `sentences` than a batch holds, `decode` with its batch cut to them, rounded up to a power
+    of two (a few choices, not one per count). A search holds that many sentences side by side:
+    their fewer rows may run faster on another backend, and time sooner (one sentence, the
+    first call of an interactive session: 1 row, not a batch's)."""
+    if sentences is None or sentences >= decode.batch_size:
+        return decode
+    rounded = 1 << max(0, sentences - 1).bit_length()  # (0,) 1 -> 1, 2 -> 2, 3 -> 4, 5 -> 8
+    return dataclasses.replace(decode, batch_size=min(rounded, decode.batch_size))
+
+
 def backend_pairs() -> list[Backends]:
     """Every (small weights', large weights') pair of kernels.product_backends()."""
     backends = kernels.product_backends()
@@ -167,23 +179,33 @@ def store_products(key: tuple[object, ...], chosen: Backends) -> None:
 
 
 def remember_products(
-    config: ModelConfig, decode: DecodeConfig, vocab: int, chosen: Backends
+    config: ModelConfig,
+    decode: DecodeConfig,
+    vocab: int,
+    chosen: Backends,
+    sentences: int | None = None,
 ) -> None:
-    """Take `chosen` as choose_products' answer here for these sizes and settings, untimed: a
-    translation worker given the choice its parent timed at the worker's threads
+    """Take `chosen` as choose_products' answer here for these sizes, settings and sentences,
+    untimed: a translation worker given the choice its parent timed at the worker's threads
     (seq2seq/decode/workers.py)."""
-    _PRODUCTS[products_key(config, decode, vocab)] = (chosen, {})
+    _PRODUCTS[products_key(config, probe_settings(decode, sentences), vocab)] = (chosen, {})
 
 
 def choose_products(
-    model: SearchModel, config: ModelConfig, decode: DecodeConfig, vocab: int
+    model: SearchModel,
+    config: ModelConfig,
+    decode: DecodeConfig,
+    vocab: int,
+    sentences: int | None = None,
 ) -> tuple[Backends | None, dict[Backends, float]]:
     """Where decoding's float32 products run, the small weights' and the large ones', and the
     seconds timed for each pair: the fastest for `model` (of sizes `config`) searching with
     the settings `decode` at this process's threads (`time_decoding`, 0.1-5 s), set
-    process-wide. Timed once a machine: the choice is kept in choices_file() for the next
-    processes (their times: {}); delete that file to time again. (None, {}) where nothing is
-    timed: another device, or the reference kernels."""
+    process-wide; for `sentences` fewer than a batch, at the batch they fill (probe_settings).
+    Timed once a machine: the choice is kept in choices_file() for the next processes (their
+    times: {}); delete that file to time again. (None, {}) where nothing is timed: another
+    device, or the reference kernels."""
+    decode = probe_settings(decode, sentences)
     device, rows = next(model.parameters()).device, probe_rows(decode)
     if device.type != "cpu" or kernels.get_mode() != "auto":
         return None, {}

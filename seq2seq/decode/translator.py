@@ -148,19 +148,22 @@ class Translator:
         in the order drawn), with their scores; with `attention`, their cross-attention too."""
         return self.hypotheses(texts, self.settings(**changes), attention)
 
-    def products(self, decode: DecodeConfig) -> Backends | None:
-        """Where the float32 products of searches with `decode` run here (load.choose_products:
-        timed once a machine for these settings and torch threads, then read back), set
-        process-wide; None when nothing is chosen (int8 weights, another device, the reference
-        kernels)."""
+    def products(self, decode: DecodeConfig, sentences: int | None = None) -> Backends | None:
+        """Where the float32 products of searches with `decode` over `sentences` (None: at
+        least a batch) run here (load.choose_products: timed once a machine for these settings,
+        the batch the sentences fill and torch threads, then read back), set process-wide;
+        None when nothing is chosen (int8 weights, another device, the reference kernels)."""
         if self.weights != WeightType.float32:
             return None
-        return choose_products(self.model, self.cfg.model, decode, self.tgt_tok.vocab_size)[0]
+        vocab = self.tgt_tok.vocab_size
+        return choose_products(self.model, self.cfg.model, decode, vocab, sentences)[0]
 
-    def use_products(self, decode: DecodeConfig, chosen: Backends) -> None:
-        """Take `chosen` as products(decode)'s answer here, untimed (a worker given its
-        parent's timing, seq2seq/decode/workers.py)."""
-        remember_products(self.cfg.model, decode, self.tgt_tok.vocab_size, chosen)
+    def use_products(
+        self, decode: DecodeConfig, chosen: Backends, sentences: int | None = None
+    ) -> None:
+        """Take `chosen` as products(decode, sentences)'s answer here, untimed (a worker given
+        its parent's timing, seq2seq/decode/workers.py)."""
+        remember_products(self.cfg.model, decode, self.tgt_tok.vocab_size, chosen, sentences)
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """The source ids of `texts`, with a warning naming (1-based) the lines over the model's
@@ -194,11 +197,11 @@ class Translator:
         (1-based, Translator.encode). In float32 on a CPU, the products run on the fastest of
         oneDNN and ATen here for these settings, timed on a few decoding steps of the model the
         first time on this machine, for the small weights and for the large ones (the output
-        layer) apart (load.choose_products)."""
+        layer) apart, at the rows these texts fill (load.choose_products)."""
         ids = self.encode(texts)
         max_len = self.cfg.data.max_len
         with self.lock:
-            self.products(decode)
+            self.products(decode, len(texts))
             found = translate_ids(self.model, ids, decode, max_len, numbers=numbers)
             weights: list[list[Tensor | None]] = [[None] * len(n) for n in found]
             if attention:

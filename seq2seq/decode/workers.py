@@ -71,7 +71,7 @@ def _hypotheses(
     chose, each text's samples seeded by its index in the whole input (`numbers`)."""
     assert _translator is not None, "a worker translates only after its initializer"
     if products is not None:
-        _translator.use_products(decode, products)
+        _translator.use_products(decode, products, len(texts))
     return _translator.hypotheses(texts, decode, attention, numbers)
 
 
@@ -134,9 +134,9 @@ class WorkerPool:
         if not texts:
             return []
         self.translator.encode(texts)  # the warnings the workers keep quiet, numbered as here
-        with torch_threads(self.threads):  # timed as a worker runs them
-            products = self.translator.products(decode)
         n, step = len(texts), self.workers
+        with torch_threads(self.threads):  # timed as a worker runs them, on its share
+            products = self.translator.products(decode, -(-n // step))
         shares = [(list(texts[i::step]), range(i, n, step)) for i in range(min(step, n))]
         jobs = [self.pool.submit(_hypotheses, s, decode, attention, i, products) for s, i in shares]
         try:

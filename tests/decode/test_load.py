@@ -19,6 +19,7 @@ from seq2seq.decode.load import (
     backend_pairs,
     choose_products,
     probe_rows,
+    probe_settings,
     time_decoding,
 )
 from seq2seq.decode.translator import Translator
@@ -56,6 +57,18 @@ def test_probe_rows_are_a_full_batchs_hypotheses() -> None:
     assert probe_rows(DecodeConfig(method=SearchKind.beam, beam_size=5, batch_size=64)) == 320
     assert probe_rows(DecodeConfig(method=SearchKind.greedy, beam_size=5, batch_size=33)) == 33
     assert probe_rows(DecodeConfig(method=SearchKind.sample, nbest=3, batch_size=10)) == 30
+
+
+def test_fewer_sentences_than_a_batch_are_timed_at_the_batch_they_fill() -> None:
+    """The batch is cut to the sentences, rounded up to a power of two; a batch or more, or an
+    unknown count, keeps the settings' batch."""
+    decode = DecodeConfig(method=SearchKind.beam, beam_size=5, batch_size=12)
+    cut = {n: probe_settings(decode, n).batch_size for n in (0, 1, 2, 3, 4, 5, 8, 9, 11, 12, 40)}
+    assert cut == {0: 1, 1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 8: 8, 9: 12, 11: 12, 12: 12, 40: 12}
+    assert probe_settings(decode) is decode
+    assert probe_settings(decode, 12) is decode
+    want = DecodeConfig(method=SearchKind.beam, beam_size=5, batch_size=4)
+    assert probe_settings(decode, 3) == want
 
 
 def test_time_decoding_runs_the_search_on_each_backend(
@@ -200,6 +213,24 @@ def test_one_sentence_is_timed_too(make_model: MakeModel, fresh_products: list[t
     assert len(fresh_products) == 1
 
 
+def test_a_few_sentences_are_timed_at_their_own_rows(
+    make_model: MakeModel, fresh_products: list[tuple]
+) -> None:
+    """One sentence is timed at one sentence's rows (not a full batch's), once; a batch's worth
+    is timed again at the batch, and 3 sentences at 4's rows. Catches timing a full batch for one
+    sentence, or one sentence's choice taken for a batch."""
+    model = make_model()
+    choose_products(model, model.cfg, BEAM, 24, sentences=1)
+    choose_products(model, model.cfg, BEAM, 24, sentences=1)
+    assert [d.batch_size for _, d, _ in fresh_products] == [1]
+    choose_products(model, model.cfg, BEAM, 24, sentences=8)
+    choose_products(model, model.cfg, BEAM, 24)
+    choose_products(model, model.cfg, BEAM, 24, sentences=3)
+    choose_products(model, model.cfg, BEAM, 24, sentences=4)
+    assert [d.batch_size for _, d, _ in fresh_products] == [1, 8, 4]
+    assert fresh_products[2][1] == probe_settings(BEAM, 3)
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("load")
@@ -220,9 +251,11 @@ def test_translator_times_float32_products_at_each_searchs_settings(
     assert fresh_products == []  # loading times nothing
     vocab = translator.tgt_tok.vocab_size
     beam = translator.settings(beam_size=4, batch_size=8)
-    translator.translate(["a b c"], beam_size=4, batch_size=8)
     translator.translate(["a b", "c"], beam_size=4, batch_size=8)
-    assert fresh_products == [(translator.model, beam, vocab)]
+    translator.translate(["c", "a b c"], beam_size=4, batch_size=8)
+    assert fresh_products == [(translator.model, probe_settings(beam, 2), vocab)]
     assert onednn.products() == "aten"
-    translator.translate(["a b c"], beam_size=1, batch_size=16)
-    assert fresh_products[1][1] == translator.settings(beam_size=1, batch_size=16)
+    translator.translate(["a b c"] * 9, beam_size=4, batch_size=8)
+    assert fresh_products[1][1] == beam  # a batch's worth: timed at the batch
+    translator.translate(["a b c"] * 20, beam_size=1, batch_size=16)
+    assert fresh_products[2][1] == translator.settings(beam_size=1, batch_size=16)

@@ -146,3 +146,28 @@ def test_the_cli_refuses_bad_workers(ckpt: Path, tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "workers=0 is invalid; it must be at least 1" in done.stderr
+
+
+def test_a_worker_takes_its_parents_products_untimed_for_any_share(
+    ckpt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent times the products once, at a worker's share of the lines; each worker, given
+    that choice, keys it by its own share (1 to 3 lines here, batches of 4 and a full one) and
+    never times. Catches a worker keyed differently from its products' lookup (it would time
+    again, a batch's probe per process)."""
+    import seq2seq.decode.load
+    import seq2seq.decode.workers as workers
+
+    translator = Translator.from_checkpoint(ckpt, "cpu")
+    monkeypatch.setattr(seq2seq.decode.load, "_PRODUCTS", {})
+
+    def never(*args: object) -> None:
+        raise AssertionError("a worker timed the products")
+
+    monkeypatch.setattr(seq2seq.decode.load, "time_decoding", never)
+    monkeypatch.setattr(workers, "_translator", translator)
+    decode = settings(translator, method="beam", beam_size=2)
+    for lines in (["a b"], ["a b", "c"], ["a b", "c", "a"], ["a b"] * 5):
+        share = range(len(lines))
+        found = workers._hypotheses(lines, decode, False, share, ("aten", "onednn"))
+        assert len(found) == len(lines)
