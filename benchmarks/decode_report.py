@@ -34,10 +34,6 @@ def label(run: str) -> str:
     return f"{base} ({', '.join(settings)})"
 
 
-def engine_of(run: str) -> str:
-    return split_run(run)[0]
-
-
 METHOD = f"""\
 All engines decode the same function: the product's exporters
 (seq2seq/export/huggingface.py, seq2seq/export/ctranslate2.py) copy our weights into a Hugging
@@ -100,7 +96,7 @@ def agreement_sentence(table: dict[str, dict]) -> str:
     """Per mode, the range of 'same output' (and 'same 1st half') over the float32 engines."""
     parts = []
     for mode, engines in table.items():
-        rows = [row for e, row in engines.items() if engine_of(e) in FLOAT32]
+        rows = [row for e, row in engines.items() if split_run(e)[0] in FLOAT32]
         if not rows or rows[0]["same_output_as_ours"] is None:
             continue
         same = _span([r["same_output_as_ours"] for r in rows])
