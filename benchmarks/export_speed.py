@@ -157,7 +157,7 @@ def ct2_decoder(
 def export_both(ckpt: Path, work: Path, data: Path, check_lines: int) -> dict[str, Any]:
     """float32 and int8 exports (each with its self-check on `check_lines` validation
     sentences) in `work`."""
-    from seq2seq.config.schema import ExportConfig, Quantization
+    from seq2seq.config.commands import ExportConfig, Quantization
     from seq2seq.export.writer import export_checkpoint as export
 
     checks = {}

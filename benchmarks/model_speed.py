@@ -22,13 +22,8 @@ from common import median, peak_rss_mb, update_doc, write_json
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from seq2seq.config.schema import (
-    CONFIG_DIR,
-    DecodeConfig,
-    SearchKind,
-    TrainConfig,
-    register_configs,
-)
+from seq2seq.config.commands import register_configs
+from seq2seq.config.schema import CONFIG_DIR, DecodeConfig, SearchKind, TrainConfig
 from seq2seq.data.batching import Batch
 from seq2seq.decode.schedule import translate_ids
 from seq2seq.model.transformer import EncoderDecoder, build_model

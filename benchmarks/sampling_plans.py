@@ -23,7 +23,8 @@ from common import multi30k_root, update_doc, write_json
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from seq2seq.config.schema import CONFIG_DIR, TrainConfig, register_configs
+from seq2seq.config.commands import register_configs
+from seq2seq.config.schema import CONFIG_DIR, TrainConfig
 from seq2seq.data.epochs import TrainData
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.train.corpus import load_corpus

@@ -64,7 +64,8 @@ from common import (
 )
 from hydra import compose, initialize_config_dir
 
-from seq2seq.config.schema import CONFIG_DIR, TrainConfig, register_configs
+from seq2seq.config.commands import register_configs
+from seq2seq.config.schema import CONFIG_DIR, TrainConfig
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.train.flops import gpu_peak_tflops

@@ -16,7 +16,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from seq2seq.config.schema import register_configs
+from seq2seq.config.commands import register_configs
 
 CONFIGS = Path(__file__).resolve().parents[1] / "seq2seq" / "config"
 SNAPSHOT = Path(__file__).resolve().parent / "fixtures" / "resolved_configs.json"

@@ -18,7 +18,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from seq2seq.config.checks import check_config
-from seq2seq.config.schema import TrainConfig, register_configs
+from seq2seq.config.commands import register_configs
+from seq2seq.config.schema import TrainConfig
 from seq2seq.train.build import build_trainer
 from seq2seq.train.checkpoint import load_checkpoint
 from seq2seq.train.steplog import LOG_NAME

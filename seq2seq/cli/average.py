@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 
 from seq2seq.cli.app import entry_point
-from seq2seq.config.schema import AverageConfig, register_configs
+from seq2seq.config.commands import AverageConfig, register_configs
 from seq2seq.errors import ConfigError
 from seq2seq.train.checkpoint import (
     CheckpointError,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from seq2seq.cli.app import decode_settings, entry_point
 from seq2seq.config.checks import check_comparison, check_decode
-from seq2seq.config.schema import EvaluateConfig, WeightType, register_configs
+from seq2seq.config.commands import EvaluateConfig, WeightType, register_configs
 from seq2seq.data.text import DataError, read_lines
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation.comparison import compare_systems, comparison_to_dict, render_comparison

@@ -8,7 +8,7 @@ self-check of the written folder against our own search (seq2seq/export/writer.p
 from __future__ import annotations
 
 from seq2seq.cli.app import entry_point
-from seq2seq.config.schema import register_configs
+from seq2seq.config.commands import register_configs
 from seq2seq.export.writer import export_checkpoint
 
 register_configs()

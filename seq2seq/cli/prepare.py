@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from seq2seq.cli.app import entry_point
-from seq2seq.config.schema import TrainConfig, register_configs, resolve_path
+from seq2seq.config.commands import register_configs
+from seq2seq.config.schema import TrainConfig, resolve_path
 from seq2seq.data.prepare import cached_prepare, describe_prepared, prepare
 
 

@@ -36,7 +36,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli.app import run_hydra
-from seq2seq.config.schema import CONFIG_DIR, register_configs
+from seq2seq.config.commands import register_configs
+from seq2seq.config.schema import CONFIG_DIR
 from seq2seq.errors import UserError
 from seq2seq.train.distributed import cleanup
 from seq2seq.train.interrupt import (

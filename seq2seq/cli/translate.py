@@ -21,7 +21,7 @@ from pathlib import Path
 
 from seq2seq.cli.app import decode_settings, entry_point
 from seq2seq.config.checks import check_decode, check_workers
-from seq2seq.config.schema import TranslateConfig, register_configs
+from seq2seq.config.commands import TranslateConfig, register_configs
 from seq2seq.data.text import decode_text, read_lines, split_lines
 from seq2seq.decode.alignment import check_layer, format_alignment
 from seq2seq.decode.attention_plot import require_matplotlib, save_heatmap

@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from seq2seq.config.commands import EvaluateConfig
 from seq2seq.config.schema import (
     DataConfig,
     DecodeConfig,
-    EvaluateConfig,
     ModelConfig,
     OptimConfig,
     Schedule,

@@ -9,7 +9,7 @@ from types import ModuleType
 
 from torch import Tensor
 
-from seq2seq.config.schema import AttentionLayers
+from seq2seq.config.commands import AttentionLayers
 from seq2seq.errors import ConfigError
 
 

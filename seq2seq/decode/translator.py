@@ -28,13 +28,8 @@ from torch import Tensor
 
 from seq2seq import kernels
 from seq2seq.config.checks import check_decode
-from seq2seq.config.schema import (
-    DecodeConfig,
-    LengthPenaltyKind,
-    SearchKind,
-    TrainConfig,
-    WeightType,
-)
+from seq2seq.config.commands import WeightType
+from seq2seq.config.schema import DecodeConfig, LengthPenaltyKind, SearchKind, TrainConfig
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.alignment import check_layer, hard_alignment, translation_attention
 from seq2seq.decode.ensemble import SearchModel

@@ -16,11 +16,8 @@ from typing import Protocol
 
 import torch
 
-from seq2seq.config.schema import (
-    ExportConfig,
-    Quantization,
-    SearchKind,
-)
+from seq2seq.config.commands import ExportConfig, Quantization
+from seq2seq.config.schema import SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decode.schedule import translate_ids
 from seq2seq.decode.search import max_lengths, pad_sources

@@ -17,11 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from seq2seq.config.schema import (
-    ExportConfig,
-    ExportFormat,
-    Quantization,
-)
+from seq2seq.config.commands import ExportConfig, ExportFormat, Quantization
 from seq2seq.data.tokenizer import SentencePieceTokenizer
 from seq2seq.decode.translator import Translator
 from seq2seq.export.ctranslate2 import ExportError

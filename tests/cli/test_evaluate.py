@@ -16,7 +16,8 @@ import sacrebleu
 
 import seq2seq.cli.evaluate
 from seq2seq.cli.evaluate import check_same_references
-from seq2seq.config.schema import EvaluateConfig, LengthUnit, PairedTest, SearchKind, WeightType
+from seq2seq.config.commands import EvaluateConfig, LengthUnit, PairedTest, WeightType
+from seq2seq.config.schema import SearchKind
 from seq2seq.data.text import DataError
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation.scoring import length_groups

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import seq2seq.cli.evaluate
-from seq2seq.config.schema import EvaluateConfig
+from seq2seq.config.commands import EvaluateConfig
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation.scoring import format_scores, score
 from tests.cli.test_translate import assert_user_error, python

@@ -1,6 +1,6 @@
-"""Tests for seq2seq.config.schema and the YAML tree beside it: every option composes through Hydra
-into a valid TrainConfig (and a model), and bad keys or values fail early with the key in the
-message."""
+"""Tests for seq2seq.config.schema and .commands, and the YAML tree beside them: every option
+composes through Hydra into a valid TrainConfig (and a model), and bad keys or values fail early
+with the key in the message."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config.checks import check_config, check_decode
+from seq2seq.config.commands import EvaluateConfig, TranslateConfig, register_configs
 from seq2seq.config.schema import (
     DataConfig,
     DecodeConfig,
-    EvaluateConfig,
     ModelConfig,
     OptimConfig,
     PosEncodingConfig,
@@ -27,9 +27,7 @@ from seq2seq.config.schema import (
     TokenizerConfig,
     TrainConfig,
     TrainerConfig,
-    TranslateConfig,
     config_from_dict,
-    register_configs,
 )
 from seq2seq.model.absolute import Rotary, Sinusoidal
 from seq2seq.model.positional import PositionalEncoding

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.config.schema import AttentionLayers
+from seq2seq.config.commands import AttentionLayers
 from seq2seq.decode.attention_plot import require_matplotlib, save_heatmap
 from seq2seq.errors import ConfigError
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.config.schema import ExportConfig, ExportFormat, Quantization, TrainConfig
+from seq2seq.config.commands import ExportConfig, ExportFormat, Quantization
+from seq2seq.config.schema import TrainConfig
 from seq2seq.data.tokenizer import SPECIAL_TOKENS, VocabTokenizer
 from seq2seq.decode.schedule import translate_ids
 from seq2seq.decode.search import max_lengths, pad_sources

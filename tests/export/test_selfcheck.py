@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import seq2seq.export.writer as writer
-from seq2seq.config.schema import ExportConfig
+from seq2seq.config.commands import ExportConfig
 from seq2seq.data.tokenizer import EOS_ID
 from seq2seq.decode.translator import Translator
 from seq2seq.export.ctranslate2 import ExportError

@@ -26,13 +26,8 @@ import seq2seq.cli.translate
 import seq2seq.train.rundir
 from seq2seq.cli.average import average
 from seq2seq.config.checks import check_config
-from seq2seq.config.schema import (
-    AverageConfig,
-    SearchKind,
-    TokenizerConfig,
-    TokenizerKind,
-    TranslateConfig,
-)
+from seq2seq.config.commands import AverageConfig, TranslateConfig
+from seq2seq.config.schema import SearchKind, TokenizerConfig, TokenizerKind
 from seq2seq.data.text import DataError
 from seq2seq.data.tokenizer import UNK_ID, build_vocab
 from seq2seq.decode.load import load_for_inference

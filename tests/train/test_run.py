@@ -19,14 +19,12 @@ from omegaconf import OmegaConf
 import seq2seq.cli.evaluate
 import seq2seq.cli.translate
 from seq2seq.config.checks import merge_decode
+from seq2seq.config.commands import EvaluateConfig, TranslateConfig, register_configs
 from seq2seq.config.schema import (
     DecodeConfig,
-    EvaluateConfig,
     SearchKind,
     TrainConfig,
-    TranslateConfig,
     config_from_dict,
-    register_configs,
     resolve_path,
 )
 from seq2seq.data.text import DataError
