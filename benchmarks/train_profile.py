@@ -34,6 +34,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_throughput as tt
 from common import multi30k_root, run_json, update_doc, write_json
+from train_throughput_report import NAMES
 
 # (kind, substrings of the op names that belong to it), matched in this order
 KINDS: list[tuple[str, tuple[str, ...]]] = [
@@ -154,7 +155,7 @@ def report(result: dict[str, Any], top: int) -> str:
     keys = sorted(
         {k for r in runs.values() for k in r["ms"]}, key=lambda k: PHASES.index(k.split("|")[0])
     )
-    head = "| phase | kind | " + " | ".join(tt.NAMES[e] for e in ENGINES) + " |"
+    head = "| phase | kind | " + " | ".join(NAMES[e] for e in ENGINES) + " |"
     rows = [head, "|---|---|" + "---|" * len(ENGINES)]
     for key in keys:
         if max(r["ms"].get(key, 0.0) for r in runs.values()) < 1.0:
@@ -169,7 +170,7 @@ def report(result: dict[str, Any], top: int) -> str:
     lists = []
     for engine, r in runs.items():
         ops = ", ".join(f"{name} {ms:.1f}" for name, ms in r["top_ops"][:top])
-        lists.append(f"- {tt.NAMES[engine]}: {ops}")
+        lists.append(f"- {NAMES[engine]}: {ops}")
     return (
         f"train_throughput.py's model and batches, {result['precision']}, steps "
         f"{result['warmup'] + 1}-{result['warmup'] + result['steps']} of epoch 0 profiled, "

@@ -56,13 +56,19 @@ import torch.nn.functional as F
 from common import (
     ONEDNN_DEFAULT_CACHES,
     child_pythonpath,
-    median,
     multi30k_root,
     peak_rss_mb,
     update_doc,
     write_json,
 )
 from hydra import compose, initialize_config_dir
+from train_throughput_report import (
+    ENGINES,
+    LOSS_TOLERANCE,
+    doc_name,
+    report,
+    summarise,
+)
 
 from seq2seq.config.commands import register_configs
 from seq2seq.config.schema import CONFIG_DIR, TrainConfig
@@ -70,16 +76,7 @@ from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.train.flops import gpu_peak_tflops
 
-# the premise: first-batch eval-mode losses of ours and Marian at the same initial weights agree
-LOSS_TOLERANCE = 1e-5
-# Marian runs with each of its attention implementations; we are compared with the faster
-ENGINES = ("ours", "hf", "hf_eager")
-HF_ATTENTION = {"hf": "sdpa", "hf_eager": "eager"}
-NAMES = {
-    "ours": "seq2seq Trainer",
-    "hf": "HF MarianMTModel (sdpa)",
-    "hf_eager": "HF MarianMTModel (eager)",
-}
+HF_ATTENTION = {"hf": "sdpa", "hf_eager": "eager"}  # Marian's attention per engine
 
 
 def train_config(args: argparse.Namespace, extra: list[str] | None = None) -> TrainConfig:
@@ -339,7 +336,10 @@ def child(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def check_premise(runs: dict[str, list[dict[str, Any]]]) -> float:
+Runs = dict[str, list[dict[str, Any]]]  # each engine's repeats, in the order they ran
+
+
+def check_premise(runs: Runs) -> float:
     """The engines start from the same function: the eval-mode loss of the first batch at the
     initial weights agrees to LOSS_TOLERANCE between ours and each Marian. Returns the largest
     difference; aborts the benchmark (before any timing is reported) when it does not hold."""
@@ -352,79 +352,6 @@ def check_premise(runs: dict[str, list[dict[str, Any]]]) -> float:
             f"(tolerance {LOSS_TOLERANCE}); no timing is reported"
         )
     return max(gaps.values())
-
-
-def summarise(runs: list[dict[str, Any]], warmup: int, peak: float = 0.0) -> dict[str, float]:
-    """Medians over the repeats of one engine (the first `warmup` steps of each left out);
-    `peak`: the device's TFLOP/s for the MFU (0: none)."""
-    per_run = []
-    for r in runs:
-        secs = sum(r["seconds"][warmup:])
-        src, tgt = sum(r["src_tokens"][warmup:]), sum(r["tgt_tokens"][warmup:])
-        tflops = sum(r["flops"][warmup:]) / secs / 1e12
-        per_run.append((secs / len(r["seconds"][warmup:]), (src + tgt) / secs, tgt / secs, tflops))
-    tflops = median([p[3] for p in per_run])
-    return {
-        "s_per_step": median([p[0] for p in per_run]),
-        "src_tgt_tokens_per_s": median([p[1] for p in per_run]),
-        "tgt_tokens_per_s": median([p[2] for p in per_run]),
-        "tflops": tflops,
-        "mfu": tflops / peak if peak > 0 else 0.0,
-        "peak_gpu_mb": median([r.get("gpu_mb", 0.0) for r in runs]),
-        "peak_rss_mb": median([r["rss_mb"] for r in runs]),
-        "final_loss": runs[0]["losses"][-1],
-        "initial_eval_loss": runs[0]["initial_eval_loss"],
-    }
-
-
-def report(result: dict[str, Any]) -> str:
-    """The Markdown body of the docs/BENCHMARKS.md section."""
-    ours, gpu = result["ours"], result.get("device", "cpu") == "cuda"
-    extra = " MFU | peak GPU memory (MB) |" if gpu else ""
-    rows = [
-        "| engine | src+tgt tokens/s | target tokens/s | s/step | model TFLOP/s | peak RSS (MB) "
-        f"| loss at step {result['steps_total']} |{extra}",
-        "|---|---|---|---|---|---|---|" + ("---|---|" if gpu else ""),
-    ]
-    for name, r in ((NAMES[e], result[e]) for e in ENGINES):
-        speed = f"{r['src_tgt_tokens_per_s']:,.0f} | {r['tgt_tokens_per_s']:,.0f}"
-        cost = f"{r['s_per_step']:.3f} | {r['tflops']:.3f} | {r['peak_rss_mb']:,.0f}"
-        cells = f" {r['mfu']:.2%} | {r['peak_gpu_mb']:,.0f} |" if gpu else ""
-        rows.append(f"| {name} | {speed} | {cost} | {r['final_loss']:.3f} |{cells}")
-    curves = "\n".join(
-        f"- {e}: " + ", ".join(f"{x:.3f}" for x in result["loss_curves"][e]) for e in ENGINES
-    )
-    return (
-        "d=256, 3+3 layers, 4 heads, FFN 1024, post-norm, joint BPE 8000 (Multi30k train), "
-        f"batches of <= {result['max_tokens']} padded tokens (epoch 0's first, length-bucketed), "
-        f"label smoothing 0.1, AdamW, clipping 1.0, {result['precision']}, "
-        + (
-            f"R-Drop (alpha {result['rdrop_alpha']}: two passes a step, both engines), "
-            if result.get("rdrop_alpha")
-            else ""
-        )
-        + ("ours torch.compile'd, " if result.get("compile") else "")
-        + (
-            f"on the GPU (MFU against its datasheet peak, {result['peak_tflops']:g} TFLOP/s in "
-            f"{result['precision']}), "
-            if gpu
-            else f"{result['threads']} threads, "
-        )
-        + "model TFLOP/s from seq2seq.train.flops' count of each batch. "
-        f"Medians of {result['repeats']} repeats (engine order "
-        "alternating, each in its own process) of "
-        f"{result['steps']} timed steps after {result['warmup']} warm-up steps.\n\n"
-        + "\n".join(rows)
-        + f"\n\nSpeed-up (src+tgt tokens/s) over the faster Marian ({NAMES[result['hf_best']]}): "
-        f"**{result['speedup']:.2f}x**.\n\n"
-        f"Same initial weights (copied into Marian), checked before timing: eval-mode loss of the "
-        f"first batch {ours['initial_eval_loss']:.8f} (ours) vs "
-        f"{result['hf']['initial_eval_loss']:.8f} (Marian), largest gap "
-        f"{result['initial_loss_gap']:.1e} (the run aborts above {LOSS_TOLERANCE:.0e}). Loss "
-        f"per target token at each step (same batches and schedule, dropout {result['dropout']}; "
-        "with dropout the masks differ, so the curves agree in trend, and exactly with "
-        "`--dropout 0`):\n\n" + curves + "\n"
-    )
 
 
 def arguments() -> argparse.Namespace:
@@ -472,18 +399,6 @@ def arguments() -> argparse.Namespace:
     return args
 
 
-def doc_name(args: argparse.Namespace) -> tuple[str, str]:
-    """The results' name (JSON file, docs/BENCHMARKS.md section) and the section's title."""
-    name = "train_throughput" + ("_rdrop" if args.rdrop_alpha > 0 else "")
-    name += "_cuda" if args.device == "cuda" else ""
-    name += "" if args.precision == "fp32" else f"_{args.precision}"
-    where = ", CUDA" if args.device == "cuda" else ""
-    title = f"Training throughput: seq2seq vs HF Marian ({args.precision}{where})"
-    if args.rdrop_alpha > 0:
-        title += f", R-Drop alpha {args.rdrop_alpha}"
-    return name, title
-
-
 def main() -> None:
     args = arguments()
     sys.argv[0] = str(Path(__file__).resolve())  # common.command() names it from the root
@@ -498,7 +413,19 @@ def main() -> None:
         cfg = train_config(args)
         print(json.dumps(run_engine(args.engine, cfg, args.steps)))
         return
-    runs: dict[str, list[dict[str, Any]]] = {e: [] for e in ENGINES}
+    runs, gap = measure(args)
+    result = results(args, runs, gap)
+    print(json.dumps(result, indent=2))
+    if not args.no_doc:
+        name, title = doc_name(args)
+        write_json(name, result)
+        update_doc(name, title, report(result))
+
+
+def measure(args: argparse.Namespace) -> tuple[Runs, float]:
+    """Every engine's repeats, each in its own process, the order alternating; the premise is
+    checked after the first repeat. Returns the runs and the premise's largest loss gap."""
+    runs: Runs = {e: [] for e in ENGINES}
     gap = 0.0
     for repeat in range(args.repeats):
         for engine in ENGINES if repeat % 2 == 0 else ENGINES[::-1]:
@@ -507,6 +434,11 @@ def main() -> None:
             gap = check_premise(runs)
         for engine in ENGINES:
             print(f"repeat {repeat + 1} {engine}: {runs[engine][-1]['seconds']}", flush=True)
+    return runs, gap
+
+
+def results(args: argparse.Namespace, runs: Runs, gap: float) -> dict[str, Any]:
+    """The engines' summaries, the speed-up over the faster Marian and the run's settings."""
     peak = 0.0
     if args.device == "cuda":
         dtype = torch.float32 if args.precision == "fp32" else torch.bfloat16
@@ -532,11 +464,7 @@ def main() -> None:
         device=args.device,
         peak_tflops=peak,
     )
-    print(json.dumps(result, indent=2))
-    if not args.no_doc:
-        name, title = doc_name(args)
-        write_json(name, result)
-        update_doc(name, title, report(result))
+    return result
 
 
 if __name__ == "__main__":
