@@ -123,6 +123,15 @@ class _Rows:
         limits[slots], floors[slots] = max_len, min_len
         self.bounds = Bounds(limits, floors)
 
+    def advance(self, best: Tensor, logprob: Tensor) -> Tensor:
+        """Each row takes its token best (N,) of log-probability logprob (N,). Returns which
+        rows' sentences it ends (N,): EOS ends each sentence in time; a free row ends nothing."""
+        self.tokens[torch.arange(best.numel(), device=best.device), self.length] = best
+        self.score += logprob
+        self.length += 1
+        self.token = best[:, None]  # (N, 1)
+        return best.eq(EOS_ID) & self.sentence.ge(0)  # (N,)
+
     def keep(self, rows: Tensor) -> None:
         """Only the rows `rows` (N',)."""
         self.sentence, self.length = self.sentence[rows], self.length[rows]
@@ -159,11 +168,7 @@ def continuous_greedy(
         logits = model.decode(rows.token, memory, src_mask, cache)[:, -1]  # (N, V)
         logprobs = step_logprobs(logits, rows.length, rows.bounds, 1)[:, 0]  # (N, V)
         logprob, best = most_probable(logprobs, rows.sentence, 0)  # (N,) each
-        rows.tokens[torch.arange(best.numel(), device=device), rows.length] = best
-        rows.score += logprob
-        rows.length += 1
-        rows.token = best[:, None]
-        ended = best.eq(EOS_ID) & rows.sentence.ge(0)  # (N,) EOS ends each sentence in time
+        ended = rows.advance(best, logprob)  # (N,)
         if bool(ended.any()):
             done = ended.nonzero().squeeze(1)  # (R,)
             _record(found, rows, done)

@@ -113,29 +113,28 @@ class Trainer:
         if resume is not None:
             self.restore(*resume)  # last: it sets the random generators
         self.wrap_model()
-        # where float32 products run (timed); the precision trained in, and auto's timings
+        self.choose_speed()
+        self.open_meters()
+        sizes = (self.model.num_params(), self.src_tok.vocab_size, self.tgt_tok.vocab_size)
+        line = "model: %d parameters; vocab %d/%d; train %d pairs; device %s; precision %s"
+        log.info(line, *sizes, len(self.train_data), self.device, self.precision.value)
+        self.untrained = self.untrained_positions()
+        for side, note in self.untrained.items():
+            log.warning("%s positions: %s", side, note)
+
+    def choose_speed(self) -> None:
+        """Where float32 products run (timed, or as the run chose) and the precision trained in
+        (auto: timed, or as the run chose), both kept in the state for a resume."""
+        t, vocab = self.cfg.trainer, self.tgt_tok.vocab_size
         self.products, self.products_times = resolve_products(
-            cfg, self.tgt_tok.vocab_size, self.state.products, self.device
+            self.cfg, vocab, self.state.products, self.device
         )
         self.state.products = self.products
-        products = partial(dtype_times, cfg, self.tgt_tok.vocab_size)  # each precision's
+        products = partial(dtype_times, self.cfg, vocab)  # each precision's
         self.precision, self.precision_times = resolve(
             t.precision, self.state.precision, self.device, self.time_precisions, products
         )
         self.state.precision = self.precision.value
-        self.open_meters()
-        log.info(
-            "model: %d parameters; vocab %d/%d; train %d pairs; device %s; precision %s",
-            self.model.num_params(),
-            self.src_tok.vocab_size,
-            self.tgt_tok.vocab_size,
-            len(self.train_data),
-            self.device,
-            self.precision.value,
-        )
-        self.untrained = self.untrained_positions()
-        for side, note in self.untrained.items():
-            log.warning("%s positions: %s", side, note)
 
     def untrained_positions(self) -> dict[str, str]:
         """What the positional encodings cannot learn from this run's training pairs, by side:
