@@ -27,7 +27,10 @@ Offset = int | Tensor  # the position of the first token: one for all rows, or (
 
 
 class PositionalEncoding(nn.Module):
-    """No positional information ("none"): a bag-of-tokens baseline; every hook is the identity."""
+    """No positional information ("none"), and the three hooks every encoding overrides: here each
+    is the identity. The encoder then sees a bag of tokens; a causal decoder can still infer
+    positions from its mask (Haviv et al. 2022, "Transformer Language Models without Positional
+    Encodings Still Learn Positional Information", Findings of EMNLP)."""
 
     needs_weights = False  # True when `values` must see the attention weights
 
