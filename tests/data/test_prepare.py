@@ -122,6 +122,8 @@ def test_a_damaged_or_stale_prepared_corpus_is_refused(data: Path, tmp_path: Pat
 
 
 def test_a_copied_source_with_a_new_time_is_checked_by_content(data: Path, tmp_path: Path) -> None:
+    """Catches a prepared corpus refused for a source's modification time alone (a copy, a
+    checkout): open_prepared raises if the unchanged bytes under a new time are not accepted."""
     cfg = config(data, tmp_path)
     out = prepare(cfg.data, cfg.tokenizer, tmp_path / "prep")
     os.utime(data / "train.en", ns=(1, 1))
