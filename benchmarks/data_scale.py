@@ -41,16 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from common import ROOT, multi30k_root, peak_rss_mb, split_file
+from data_scale_report import DISTURBED, SAMPLE_S, SEED, label, publish, report
 
 DEFAULT_SIZES = "29000,1000000,5000000,20000000"
 OLD_COMMIT = "86a2410"  # the last commit before the prepared data path
 OLD_TREE = Path("/tmp/seq2seq_old")
 CHUNK = 1_000_000  # synthetic pairs generated (and held) at a time
-SEED = 17
 REPORTED_OLD_RSS_MB = (1200.0, 1700.0)  # old path: MB + MB per 1M pairs, until two are measured
 MEM_SHARE = 0.8  # the old path runs where its estimated RSS stays below this share of MemTotal
-SAMPLE_S = 0.5  # interval of the PSS samples of a child's processes
-DISTURBED = 0.1  # other processes' CPU seconds per wall second above which a run is flagged
 LANGS = ("en", "de")
 Result = dict[str, Any]  # one step's figures (or {"skipped": why} / {"error": what})
 Points = list[tuple[int, float]]  # (pairs, peak RSS in MB) of the old path's runs
@@ -63,10 +61,6 @@ TRAIN_ARGS = [
     *("trainer.max_tokens=4096", "trainer.log_every=1", "trainer.progress=false"),
     *("trainer.average_last=0", "trainer.keep_last=0", "data.test=[]"),
 ]
-
-
-def label(n: int) -> str:
-    return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k"
 
 
 def say(message: str) -> None:
@@ -455,8 +449,6 @@ def main() -> None:
         else:
             print(json.dumps(tokenize_old(Path(args.old_tokenize), Path(args.model))))
         return
-    from data_scale_report import publish, report  # it imports this module's settings
-
     if args.report:  # a finished run's <work>/data_scale.json, written up again
         publish(json.loads(args.report.read_text()))
         return

@@ -7,7 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from common import update_doc, write_json
-from data_scale import DISTURBED, SAMPLE_S, SEED, label
+
+# the run's settings the report states (benchmarks/data_scale.py measures with them)
+SEED = 17  # the synthetic corpora's
+SAMPLE_S = 0.5  # interval of the PSS samples of a child's processes
+DISTURBED = 0.1  # other processes' CPU seconds per wall second above which a run is flagged
+
+
+def label(n: int) -> str:
+    """A corpus size as the report writes it: 29k, 1M."""
+    return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k"
 
 
 def cell(part: dict[str, Any], key: str, spec: str = ",.0f", scale: float = 1.0) -> str:
