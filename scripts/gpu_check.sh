@@ -10,7 +10,8 @@
 #
 # PARTS: the parts to run, in that order (default: all, most wanted first). DEADLINE: seconds
 # from the start that every part must end by (a lease's time; each part's limit is cut to fit,
-# and a part with under 20 s left is skipped and counted as failed).
+# and a part with under 20 s left is skipped and counted as failed). SUITE_WORKERS: the whole
+# suite's processes (default 8), SUITE_SECONDS its time limit (default 300).
 #
 # On a machine whose Python lacks some of our dependencies, put them on PYTHONPATH first. The
 # results folder holds ~10 files: where only a few files come back from a lent machine, write it
@@ -57,9 +58,10 @@ bench() {  # bench PRECISION: ours against HF Marian on the GPU
     part "bench_$1" 240 "$PY" benchmarks/train_throughput.py --device cuda \
         --precision "$1" --data "$DATA" --repeats 2 --steps 10 --warmup 3
 }
-suite() {  # the whole suite, in 8 processes (pytest-xdist) and with a per-test limit
-    local extra=()  # (pytest-timeout), where they are installed
-    "$PY" -c "import xdist" 2>/dev/null && extra+=(-n 8 --dist loadfile)
+suite() {  # the whole suite, in SUITE_WORKERS processes (pytest-xdist) and with a per-test limit
+    local extra=(--junitxml "$RESULTS_DIR/test_suite.xml")  # (pytest-timeout), where installed;
+    # the JUnit file says which tests passed, failed or were skipped, tests/cuda's among them
+    "$PY" -c "import xdist" 2>/dev/null && extra+=(-n "${SUITE_WORKERS:-8}" --dist loadfile)
     "$PY" -c "import pytest_timeout" 2>/dev/null && extra+=(--timeout 240)
     part test_suite "${SUITE_SECONDS:-300}" "$PY" -m pytest -q -p no:cacheprovider "${extra[@]}"
 }
