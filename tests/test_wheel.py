@@ -54,9 +54,20 @@ def test_the_wheel_holds_every_subpackage_the_configs_and_the_data(wheel: Path) 
     assert not any(n.startswith(("tests/", "scripts/", "benchmarks/")) for n in names)
 
 
+def dependency_paths() -> list[str]:
+    """Where this environment's dependencies import from: PYTHONPATH's folders that hold no
+    seq2seq (a machine may carry its dependencies there; the checkout itself stays out), then
+    site-packages."""
+    carried = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    folders = [Path(p).resolve() for p in carried if p]
+    return [str(f) for f in folders if not (f / "seq2seq").exists()] + [
+        sysconfig.get_paths()["purelib"]
+    ]
+
+
 @pytest.fixture(scope="module")
 def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with the wheel installed; this environment's site-packages as a plain path
+    """A fresh venv with the wheel installed; this environment's dependency folders as plain paths
     (so its dependencies import, while its .pth files, the editable seq2seq among them, do
     not run)."""
     root = tmp_path_factory.mktemp("venv")
@@ -68,9 +79,14 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         text=True,
         check=True,
     ).stdout.strip()
-    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    Path(site, "deps.pth").write_text("".join(f"{p}\n" for p in dependency_paths()))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", str(python)]
-    run([*pip, "install", "--no-deps", "--no-index", str(wheel)], root, dict(os.environ))
+    # --force-reinstall: a checkout on PYTHONPATH (its seq2seq.egg-info) must not pass for the wheel
+    run(
+        [*pip, "install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)],
+        root,
+        dict(os.environ),
+    )
     return root
 
 

@@ -139,6 +139,12 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "1", **extra}
 
 
+def checkout_pythonpath() -> str:
+    """PYTHONPATH for a child that must import this checkout's seq2seq: the checkout first, then
+    what PYTHONPATH held already (a machine whose dependencies sit on it keeps them)."""
+    return os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+
+
 def start_child(
     overrides: list[str], run_dir: Path, pause_at: int, action: str
 ) -> subprocess.Popen[str]:

@@ -119,7 +119,8 @@ def test_the_cli_writes_the_same_file_with_workers(
     outputs = []
     for workers in (1, 2):
         out = tmp_path / f"out{workers}.txt"
-        args = [f"ckpt={ckpt}", f"input={tmp_path / 'in.txt'}", f"output={out}"]
+        # device=cpu: worker processes are a CPU setting (device=auto on a GPU machine refuses them)
+        args = [f"ckpt={ckpt}", f"input={tmp_path / 'in.txt'}", f"output={out}", "device=cpu"]
         done = subprocess.run(
             [str(BIN / "seq2seq-translate"), *args, f"workers={workers}", "decode.batch_size=4"],
             env=env,

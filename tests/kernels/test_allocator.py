@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import seq2seq.kernels.allocator as allocator
-from seq2seq.config.schema import PACKAGE_ROOT
 from seq2seq.kernels.allocator import keep_freed_memory
+from tests.tiny_run import checkout_pythonpath
 
 BLOCK = 4 * 2**20  # over glibc's initial mmap threshold (128 KiB), under the raised one
 
@@ -62,7 +62,7 @@ print(json.dumps({"initial": initial, "tuned": tuned, "first": block(), "again":
 
 def malloc_probe() -> dict[str, Any] | None:
     """PROBE's measurements, or None without glibc 2.33+."""
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT.parent)}
+    env = {**os.environ, "PYTHONPATH": checkout_pythonpath()}
     args = [sys.executable, "-c", PROBE, str(BLOCK), str(allocator.__file__)]
     done = subprocess.run(args, check=True, env=env, capture_output=True, text=True)
     return json.loads(done.stdout)

@@ -18,7 +18,14 @@ from seq2seq.train.checkpoint import load_checkpoint, save_checkpoint
 from seq2seq.train.distributed import DistInfo
 from seq2seq.train.resume import ResumeError
 from seq2seq.train.run import train
-from tests.tiny_run import REPO, child_env, compose_train, run_cli, tiny_overrides, write_slice
+from tests.tiny_run import (
+    checkout_pythonpath,
+    child_env,
+    compose_train,
+    run_cli,
+    tiny_overrides,
+    write_slice,
+)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +140,7 @@ def test_rank0_setup_failure_reaches_the_other_ranks_as_one_line(
             env=child_env(
                 RANK=str(rank),
                 TEST_SENT=str(sent),
-                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+                PYTHONPATH=checkout_pythonpath(),
             ),
             capture_output=True,
             text=True,
