@@ -13,7 +13,9 @@
 # and a part with under 20 s left is skipped and counted as failed). SUITE_WORKERS: the whole
 # suite's processes (default 8), SUITE_SECONDS its time limit (default 300).
 #
-# On a machine whose Python lacks some of our dependencies, put them on PYTHONPATH first. The
+# On a machine whose Python lacks some of our dependencies and reaches no package index, run
+# scripts/gpu_prepare.sh where pip works: this script installs its .whl/ into /tmp/gpu_site and
+# puts that on PYTHONPATH (or put them on PYTHONPATH yourself). The
 # results folder holds ~10 files: where only a few files come back from a lent machine, write it
 # outside the returned folder and send one archive, e.g.
 #   RESULTS_DIR=/tmp/gpu bash scripts/gpu_check.sh DATA; tar -czf "$OUT/gpu.tgz" -C /tmp gpu
@@ -23,6 +25,11 @@ DATA=${1:-../shared/data/multi30k}
 RESULTS_DIR=${RESULTS_DIR:-gpu_check}
 PY=${PY:-python3}
 mkdir -p "$RESULTS_DIR"
+if compgen -G ".whl/*.whl" >/dev/null; then  # scripts/gpu_prepare.sh's wheels: our missing deps
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/gpu_site \
+        .whl/*.whl || { echo "installing .whl/ failed"; exit 1; }
+    export PYTHONPATH="/tmp/gpu_site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PARTS=${PARTS:-sdpa_backends bench_bf16 cuda_tests test_suite bench_fp32 compile_bf16}
 status=0
