@@ -25,12 +25,7 @@ DATA=${1:-../shared/data/multi30k}
 RESULTS_DIR=${RESULTS_DIR:-gpu_check}
 PY=${PY:-python3}
 mkdir -p "$RESULTS_DIR"
-if compgen -G ".whl/*.whl" >/dev/null; then  # scripts/gpu_prepare.sh's wheels: our missing deps
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/gpu_site \
-        .whl/*.whl || { echo "installing .whl/ failed"; exit 1; }
-    export PYTHONPATH="/tmp/gpu_site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+source scripts/gpu_env.sh
 PARTS=${PARTS:-sdpa_backends bench_bf16 cuda_tests test_suite bench_fp32 compile_bf16}
 status=0
 
@@ -53,14 +48,6 @@ part() {  # part NAME SECONDS COMMAND...: run it with a time limit, log it, reme
     [ "$rc" -eq 0 ] || status=1
 }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-# the console scripts the CLI tests run sit beside the interpreter: install them where missing
-# (without build isolation: a lent machine reaches no registry to fetch setuptools)
-bin_dir=$("$PY" -c 'import sys, pathlib; print(pathlib.Path(sys.executable).parent)')
-[ -x "$bin_dir/seq2seq-train" ] || "$PY" -m pip install -q --no-build-isolation --no-deps -e . \
-    || echo "editable install failed: the console-script tests will fail"
-"$PY" -c "import sentencepiece; print('sentencepiece', sentencepiece.__version__)"
-"$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 bench() {  # bench PRECISION: ours against HF Marian on the GPU
     part "bench_$1" 240 "$PY" benchmarks/train_throughput.py --device cuda \
         --precision "$1" --data "$DATA" --repeats 2 --steps 10 --warmup 3
