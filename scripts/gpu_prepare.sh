@@ -8,8 +8,9 @@
 #   ... copy the checkout with .whl/ and .gpu/ to the GPU machine, then there:
 #   bash scripts/gpu_check.sh .gpu/multi30k
 #
-# The list is what an image with torch, transformers, tensorboard, sacrebleu and pytest lacked
-# (NVIDIA's H200 machines lent to this project, 2026-11); sentencepiece is newer than theirs.
+# The list: what a CUDA image that already held torch, transformers, tensorboard, sacrebleu, numpy
+# and pytest lacked (an H200 machine's, 2026-11), and sentencepiece, whose version there was
+# older than ours. Another image may lack more: pip check there names it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${1:-../shared/data/multi30k}
