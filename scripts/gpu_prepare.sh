@@ -18,20 +18,18 @@ PYV=${2:-3.12}
 PY=${PY:-python3}
 WHEELS="hydra-core omegaconf sentencepiece num2words hydra-joblib-launcher hydra-submitit-launcher submitit"
 SOURCE_ONLY="antlr4-python3-runtime docopt"  # no wheels on PyPI: built here (pure Python)
-pin() {  # pin NAME: NAME==VERSION from constraints.txt
-    local line
-    line=$(grep -i "^$1==" constraints.txt) || { echo "$1: not in constraints.txt" >&2; exit 1; }
-    echo "$line"
+pins() {  # pins NAME...: each NAME==VERSION from constraints.txt, on one line
+    local name
+    for name in "$@"; do
+        grep -i "^$name==" constraints.txt || { echo "$name: not in constraints.txt" >&2; exit 1; }
+    done | tr '\n' ' '
 }
 mkdir -p .whl .gpu/multi30k
-pins=()
-for name in $WHEELS; do pins+=("$(pin "$name")"); done
+wheels=$(pins $WHEELS) && sources=$(pins $SOURCE_ONLY) || exit 1
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYV" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl "${pins[@]}"
-pins=()
-for name in $SOURCE_ONLY; do pins+=("$(pin "$name")"); done
-"$PY" -m pip wheel -q --no-deps -w .whl "${pins[@]}"
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl $wheels
+"$PY" -m pip wheel -q --no-deps -w .whl $sources
 cp "$DATA"/*.gz .gpu/multi30k/
 ls .whl
 echo "$(ls .gpu/multi30k | wc -l) data files in .gpu/multi30k"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -16,7 +15,13 @@ from seq2seq.data.tokenizer import SPECIAL_TOKENS, VocabTokenizer
 from seq2seq.decode.translator import Translator
 from seq2seq.train.checkpoint import CheckpointError, load_checkpoint
 from seq2seq.train.run import train
-from tests.tiny_run import checkout_pythonpath, compose_train, tiny_overrides, write_slice
+from tests.tiny_run import (
+    checkout_pythonpath,
+    child_env,
+    compose_train,
+    tiny_overrides,
+    write_slice,
+)
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +147,7 @@ def test_translate_cli_samples_ensembles_aligns_and_plots(run: Path, tmp_path: P
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "PYTHONPATH": checkout_pythonpath(), "OMP_NUM_THREADS": "1"},
+        env=child_env(PYTHONPATH=checkout_pythonpath()),
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
