@@ -85,6 +85,9 @@ def code_version() -> str:
 
 
 measure_this_checkout()
+# MKL's Intel code paths on an AMD CPU (seq2seq/mkl.py) for every engine a benchmark times, as
+# the product's own processes have them: scripts import this module before torch
+import seq2seq  # noqa: F401
 
 
 def peak_rss_mb() -> float:

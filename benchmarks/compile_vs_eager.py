@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import common  # noqa: F401  before torch: MKL's Intel path on AMD (common.py)
 import torch
 from common import child_pythonpath, median, peak_rss_mb, update_doc, write_json
 

@@ -34,6 +34,7 @@ import argparse
 import time
 from dataclasses import dataclass
 
+import common  # noqa: F401  before torch: MKL's Intel path on AMD (common.py)
 import torch
 import torch.nn.functional as F
 from common import machine, median

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import common  # noqa: F401  before torch: MKL's Intel path on AMD (common.py)
 import torch
 from common import split_file
 

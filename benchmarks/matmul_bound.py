@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import common  # noqa: F401  before torch: MKL's Intel path on AMD (common.py)
 import torch
 from torch.profiler import ProfilerActivity, profile
 

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import common  # noqa: F401  before torch: MKL's Intel path on AMD (common.py)
 import torch
 import torch.nn.functional as F
 from common import median, multi30k_root, run_json, update_doc, write_json

@@ -23,6 +23,7 @@ import argparse
 import gzip
 import time
 
+import common  # noqa: F401  before torch: MKL's Intel path on AMD (common.py)
 import torch
 from common import machine, median, multi30k_root, split_file
 

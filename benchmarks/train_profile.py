@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import common  # noqa: F401  before torch: MKL's Intel path on AMD (common.py)
 import torch
 from torch.profiler import ProfilerActivity, profile
 

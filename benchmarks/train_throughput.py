@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import common  # noqa: F401  before torch: MKL's Intel path on AMD (common.py)
 import torch
 import torch.nn.functional as F
 from common import (

@@ -2,6 +2,12 @@
 
 __version__ = "0.1.0"
 
+# before anything imports torch: MKL's Intel code paths on AMD CPUs (seq2seq/mkl.py; off with
+# SEQ2SEQ_MKL_INTEL_PATH=0)
+from seq2seq.mkl import use_intel_path
+
+use_intel_path()
+
 
 def __getattr__(name: str) -> object:
     """`from seq2seq import Translator` (the Python API, seq2seq/decode/translator.py), imported on

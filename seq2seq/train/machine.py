@@ -67,6 +67,8 @@ def describe() -> dict[str, object]:
     threads, GPU (or None), Python, date."""
     import torch
 
+    from seq2seq import mkl
+
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     return {
         **cpu_info(),
@@ -78,19 +80,23 @@ def describe() -> dict[str, object]:
         "gpu": gpu,
         "python": platform.python_version(),
         "date": dt.date.today().isoformat(),
+        "mkl_intel_path": mkl.STATE,  # MKL's Intel code paths on an AMD CPU (seq2seq/mkl.py)
     }
 
 
 def summary(info: dict[str, object]) -> str:
     """One line: 'AMD EPYC (AuthenticAMD, family 25 model 17; avx2, avx512f), 2 cores, torch
-    2.13.0+cpu (2 threads), Python 3.11.7' (and the GPU); the parts it lacks left out."""
+    2.13.0+cpu (2 threads), Python 3.11.7' (and the GPU, and MKL's Intel path where it is on:
+    seq2seq/mkl.py); the parts it lacks left out."""
     about = ", ".join(str(info[k]) for k in ("cpu_vendor", "cpu_id") if info.get(k))
     flags = info.get("cpu_flags")
     if isinstance(flags, list) and flags:
         about += ("; " if about else "") + ", ".join(map(str, flags))
     vendor = f" ({about})" if about else ""
-    gpu = f", {info['gpu']}" if info.get("gpu") else ""
+    extra = f", {info['gpu']}" if info.get("gpu") else ""
+    if str(info.get("mkl_intel_path", "")).startswith("on"):
+        extra += ", MKL's Intel path"
     return (
         f"{info['cpu_model']}{vendor}, {info['cores']} cores, torch {info['torch']} "
-        f"({info['threads']} threads){gpu}, Python {info['python']}"
+        f"({info['threads']} threads){extra}, Python {info['python']}"
     )

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 import torch
 
-from seq2seq import kernels
+from seq2seq import kernels, mkl
 from seq2seq.config.schema import Kernels, Precision, TrainConfig
 from seq2seq.train.checkpoint import restore_rng, rng_state
 from seq2seq.train.distributed import broadcast
@@ -173,7 +173,12 @@ def resolve_products(
     chosen, times = _PRODUCTS[shapes]
     kernels.set_products(chosen)
     shown = ", ".join(f"{name} {s * 1e3:.1f} ms" for name, s in times.items())
-    log.info("float32 products: %s on this CPU (the model's products: %s)", chosen, shown)
+    log.info(
+        "float32 products: %s on this CPU (the model's products: %s; MKL's Intel path: %s)",
+        chosen,
+        shown,
+        mkl.STATE,
+    )
     return chosen, times
 
 

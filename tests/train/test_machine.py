@@ -155,6 +155,18 @@ def test_summary_names_the_family_model_and_speed_flags(
     assert machine.cpu_id() == ""
 
 
+def test_summary_says_when_mkls_intel_path_is_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A figure measured with MKL's Intel code path (seq2seq/mkl.py) says so; one without not."""
+    machine_reads(monkeypatch, tmp_path, X86_CPUINFO, None)
+    info = machine.describe()
+    info["mkl_intel_path"] = "on (MKL's vendor check answered by seq2seq._mkl_intel)"
+    assert machine.summary(info).endswith(", MKL's Intel path, Python " + str(info["python"]))
+    info["mkl_intel_path"] = "off: not an AMD CPU (GenuineIntel)"
+    assert "MKL" not in machine.summary(info)
+
+
 def test_importing_it_loads_no_torch() -> None:
     """The CTranslate2 benchmark worker imports it and must not load torch."""
     code = "import sys, seq2seq.train.machine; print('torch' in sys.modules)"
