@@ -283,6 +283,7 @@ class TrainState:
     world_size: int = 1  # processes (torchrun ranks) the batch position `batch` refers to
     precision: str = ""  # the precision trained in (what trainer.precision=auto chose)
     products: str = ""  # where float32 CPU products ran: onednn or aten ("": no choice made)
+    mkl_intel_path: str = ""  # seq2seq.mkl.STATE when the run started ("": not recorded)
 
     @classmethod
     def from_dict(cls, saved: dict[str, Any]) -> TrainState:

@@ -182,6 +182,22 @@ def resolve_products(
     return chosen, times
 
 
+def check_mkl_path(started: str, products: str) -> str:
+    """MKL's Intel path (seq2seq/mkl.py) as the run started: `started` from a resumed run's state,
+    else its state now. A resume whose state differs in being on or off is warned where MKL runs
+    float32 products (ATen's or the reference kernels'): they round differently, so the resume is
+    not bit-exact."""
+    now = mkl.STATE
+    if started and started.startswith("on") != now.startswith("on") and products != "onednn":
+        log.warning(
+            "MKL's Intel path was %r when this run started and is %r now: float32 products "
+            "round differently, so this resume is not bit-exact (seq2seq/mkl.py)",
+            started,
+            now,
+        )
+    return started or now
+
+
 @contextmanager
 def no_trace(
     model: torch.nn.Module,

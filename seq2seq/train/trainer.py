@@ -52,6 +52,7 @@ from seq2seq.train.flops import FlopCounter, Throughput, peak_tflops
 from seq2seq.train.interrupt import StopSignals, TrainingInterrupted
 from seq2seq.train.precision import (
     DTYPES,
+    check_mkl_path,
     dtype_times,
     no_trace,
     resolve,
@@ -130,6 +131,7 @@ class Trainer:
             self.cfg, vocab, self.state.products, self.device
         )
         self.state.products = self.products
+        self.state.mkl_intel_path = check_mkl_path(self.state.mkl_intel_path, self.products)
         products = partial(dtype_times, self.cfg, vocab)  # each precision's
         self.precision, self.precision_times = resolve(
             t.precision, self.state.precision, self.device, self.time_precisions, products

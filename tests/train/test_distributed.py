@@ -4,6 +4,7 @@ that train in lock step and match single-process training with the same effectiv
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import socket
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from seq2seq.train.build import build_trainer
 from seq2seq.train.checkpoint import load_checkpoint
@@ -69,6 +69,23 @@ def _worker(rank: int, world: int, port: int, args: list[str], run_dir: str, out
         cleanup()
 
 
+def spawn_ranks(world: int, args: list[str], run_dir: Path, out: Path) -> None:
+    """`world` ranks of `_worker` in spawned processes, waited for; each must exit with 0. The
+    standard library's spawn, not torch.multiprocessing's: its children import this module
+    (and the tests package, which imports seq2seq before torch, as the CLI's ranks do), not
+    torch first."""
+    ctx, port = multiprocessing.get_context("spawn"), free_port()
+    ranks = [
+        ctx.Process(target=_worker, args=(rank, world, port, args, str(run_dir), str(out)))
+        for rank in range(world)
+    ]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(timeout=600)
+    assert [process.exitcode for process in ranks] == [0] * world
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -92,7 +109,7 @@ def test_two_gloo_ranks_match_single_process_with_accumulation(tmp_path: Path) -
     single.close()
     out = tmp_path / "out"
     args = overrides(data, cache, 1)
-    mp.spawn(_worker, args=(2, free_port(), args, str(tmp_path / "ddp"), str(out)), nprocs=2)
+    spawn_ranks(2, args, tmp_path / "ddp", out)
     rank0, rank1 = (torch.load(out / f"rank{r}.pt", weights_only=True) for r in (0, 1))
     for name, tensor in rank0.items():
         assert torch.equal(tensor, rank1[name]), f"ranks differ in {name}"

@@ -13,6 +13,7 @@ import torch
 
 import seq2seq.kernels
 import seq2seq.train.precision
+from seq2seq import mkl
 from seq2seq.config.schema import Precision
 from seq2seq.data.batching import Batch
 from seq2seq.kernels import onednn, timing
@@ -220,8 +221,8 @@ def test_products_are_timed_on_the_models_shapes_and_the_faster_kept(
     assert trainer.products_times == {"onednn": 0.002, "aten": 0.001}
     assert onednn.products() == "aten"  # the run's products go to F.linear
     assert (
-        "float32 products: aten on this CPU (the model's products: onednn 2.0 ms, aten 1.0 ms)"
-        in caplog.text
+        "float32 products: aten on this CPU (the model's products: onednn 2.0 ms, aten 1.0 ms; "
+        f"MKL's Intel path: {mkl.STATE})" in caplog.text
     )
     again = auto_trainer(tmp_path / "b", "auto")
     again.close()
@@ -349,3 +350,24 @@ def test_time_product_dtypes_times_each_dtype_alternating(monkeypatch: pytest.Mo
     times = onednn.time_product_dtypes([(4, 8, 16), (4, 16, 8)], dtypes, rounds=2)
     assert times == {torch.float32: 2.0, torch.bfloat16: 6.0}  # two shapes a round
     assert seen == [d for _ in range(3) for d in dtypes for _ in range(2)]
+
+
+def test_a_resume_with_mkls_intel_path_switched_is_warned(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run started with MKL's Intel path on (seq2seq/mkl.py) and resumed with it off keeps
+    the state it started with and says that ATen's products now round differently."""
+    on, off = (
+        "on (MKL's vendor check answered by seq2seq._mkl_intel)",
+        "off: SEQ2SEQ_MKL_INTEL_PATH=0",
+    )
+    monkeypatch.setattr(mkl, "STATE", off)
+    with caplog.at_level(logging.WARNING):
+        assert seq2seq.train.precision.check_mkl_path(on, "aten") == on
+    assert "so this resume is not bit-exact" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert seq2seq.train.precision.check_mkl_path(off, "aten") == off  # unchanged
+        assert seq2seq.train.precision.check_mkl_path(on, "onednn") == on  # MKL runs none
+        assert seq2seq.train.precision.check_mkl_path("", "aten") == off  # a new run: now's
+    assert "bit-exact" not in caplog.text

@@ -174,6 +174,7 @@ def test_sigkill_then_resume_is_exact(straight: Straight, tmp_path: Path) -> Non
 KILL_CHILD = """
 import io, os, sys, time
 from pathlib import Path
+import seq2seq  # before torch, as in the CLI: MKL's Intel path on AMD CPUs (seq2seq/mkl.py)
 import torch
 import seq2seq.train.validation as metrics
 import seq2seq.cli.train as train
