@@ -78,12 +78,14 @@ def use_intel_path() -> str:
     global STATE
     setting = os.environ.get(SETTING, "auto").strip().lower() or "auto"
     why = decide(setting, _vendor(), platform.system(), platform.machine(), "torch" in sys.modules)
-    path = library() if not why else None
-    if not why and path is None:
-        why = "off: seq2seq._mkl_intel was not built (no C compiler at install)"
-    if path is not None:
+    path = None if why else library()
+    if path is None:
+        STATE = why or "off: seq2seq._mkl_intel was not built (no C compiler at install)"
+        return STATE
+    try:
         ctypes.CDLL(str(path), mode=os.RTLD_GLOBAL | os.RTLD_NOW)
-        STATE = "on (MKL's vendor check answered by seq2seq._mkl_intel)"
+    except OSError as err:  # a damaged build: MKL as shipped, and the reason in the state
+        STATE = f"off: {path.name} did not load ({err})"
     else:
-        STATE = why
+        STATE = "on (MKL's vendor check answered by seq2seq._mkl_intel)"
     return STATE

@@ -6,6 +6,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ ON_X86_LINUX = platform.system() == "Linux" and platform.machine() == "x86_64"
 # float64 ones and prints the path's state
 CHILD = """
 import sys
+from pathlib import Path
 if sys.argv[1] == "torch_first":
     import torch
 import seq2seq, torch
@@ -88,3 +90,19 @@ def test_off_when_asked_or_when_torch_came_first() -> None:
     assert run_child("0")[0] == "off: SEQ2SEQ_MKL_INTEL_PATH=0"
     if ON_X86_LINUX:
         assert run_child("1", order="torch_first")[0] == "off: torch was imported before seq2seq"
+
+
+def test_a_library_that_does_not_load_leaves_mkl_as_shipped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A damaged build is reported in the state, never raised from `import seq2seq`."""
+    broken = tmp_path / "_mkl_intel.so"
+    broken.write_text("not a shared library")
+    monkeypatch.setattr(mkl, "library", lambda: broken)
+    monkeypatch.setattr(mkl, "decide", lambda *args: "")
+    monkeypatch.setattr(mkl, "STATE", "not tried")
+    assert mkl.use_intel_path().startswith("off: _mkl_intel.so did not load (")
+    monkeypatch.setattr(mkl, "library", lambda: None)
+    assert (
+        mkl.use_intel_path() == "off: seq2seq._mkl_intel was not built (no C compiler at install)"
+    )
