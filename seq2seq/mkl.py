@@ -7,12 +7,14 @@ function, `mkl_serv_intel_cpu_true`, whether the CPU is Intel, and libtorch_cpu 
 its procedure linkage table, so a library loaded into the process's global scope before torch
 answers in its place. `mkl_intel.c` (built at install as `seq2seq._mkl_intel`, optional: without a
 C compiler it is skipped) is that library and answers yes; MKL still chooses its kernels by the
-CPU's instruction sets (CPUID), so only the vendor check changes, and results stay within float
-tolerance of MKL's generic path (tests/test_mkl.py).
+CPU's instruction sets (CPUID), so only the vendor check changes, and products stay within
+float32 rounding of exact ones (tests/test_mkl.py).
 
 On an AVX2-only AMD EPYC (family 25 model 1, 2 threads; docs/BENCHMARKS.md, "MKL's Intel code
 path on AMD"), a 2048^3 product ran at 117-134 against 100-109 GFLOP/s and the output layer's
-(64 x 128) x (128 x 8,000) product in 1.1-1.2 against 2.0-2.8 ms.
+(64 x 128) x (128 x 8,000) product in 1.1-1.2 against 2.0-2.8 ms; small weights' products of 320
+rows were 1.06-1.36x slower. It is measured on that CPU only: SEQ2SEQ_MKL_INTEL_PATH=0 switches it
+off where it does not pay.
 
 `seq2seq/__init__.py` calls `use_intel_path` when the package is first imported, so it holds for
 the CLI and for a program that imports seq2seq before torch. SEQ2SEQ_MKL_INTEL_PATH chooses:
