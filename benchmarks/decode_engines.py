@@ -112,6 +112,7 @@ def ours_decoder(inputs: Inputs, mode: Mode) -> Callable[[list[list[int]]], list
         batch_size=len(inputs.batches[0]),
         max_len_a=0.0,
         max_len_b=mode.limit,
+        scores=False,  # the others return none either (CTranslate2's return_scores=False)
     )
     min_len = FORCED if mode.forced else 0
     choose_products(model, model.cfg, cfg, len(inputs.vocab))  # as Translator does

@@ -104,6 +104,7 @@ def ours_decoder(inputs: dict[str, Any], beam: int, quantize: str, workers: int 
         "batch_size": BATCH,
         "max_len_a": 0.0,
         "max_len_b": inputs["max_decoding_length"],
+        "scores": False,  # CTranslate2 returns none here (return_scores=False): the same work
     }
     if workers > 1:
         pool = WorkerPool(translator, inputs["ckpt"], workers, threads=inputs["threads"])
@@ -319,7 +320,9 @@ def report(args: argparse.Namespace, result: dict[str, Any], checks: dict[str, A
     lines = [
         f"Checkpoint `{args.ckpt}`; the first {n} sentences of {args.split}; batches of {BATCH} "
         f"sentences, {args.threads} threads, {args.repeats} repeats (mean ± std); text in, text "
-        f"out; every engine stops a sentence at EOS or {MAX_LENGTH} tokens. CTranslate2 runs "
+        f"out; every engine stops a sentence at EOS or {MAX_LENGTH} tokens and returns no "
+        "scores (CTranslate2's return_scores=False, our decode.scores=false: greedy search "
+        "takes the argmax of the logits, no softmax). CTranslate2 runs "
         "with CT2_USE_MKL=0 (oneDNN) and =1 (MKL), each in its own process, and every engine "
         f"with one worker on {args.threads} threads and with {args.threads} workers of one "
         "thread (CTranslate2's inter_threads, our workers=N); each engine's figure is its "

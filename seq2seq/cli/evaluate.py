@@ -49,6 +49,7 @@ def translate_split(
     """Translations of the pairs' sources with the checkpoint's decoding settings and the
     command line's changes (app.decode_settings)."""
     decode = decode_settings(cfg.decode, translator.decode)
+    decode = dataclasses.replace(decode, scores=False)  # text only: greedy skips its scores
     return [n[0].text for n in translator.hypotheses([p[0] for p in pairs], decode)]
 
 

@@ -15,6 +15,7 @@ translates in N processes at once, each on 1/N of the cores and of the lines.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -79,6 +80,7 @@ def translate_lines(
     (Translator.hypotheses). Loads cfg.ckpt unless `translator` is given."""
     translator = translator if translator is not None else load_model(cfg)
     attention = cfg.align or cfg.attention_dir is not None
+    decode = dataclasses.replace(cfg.decode, scores=False)  # text out: greedy skips its scores
     if cfg.workers > 1 and lines:
         with WorkerPool(translator, checkpoints(cfg.ckpt), cfg.workers) as pool:
             log.info(
@@ -87,9 +89,9 @@ def translate_lines(
                 pool.threads,
                 pool.start_method,
             )
-            found = pool.hypotheses(lines, cfg.decode, attention)
+            found = pool.hypotheses(lines, decode, attention)
     else:
-        found = translator.hypotheses(lines, cfg.decode, attention)
+        found = translator.hypotheses(lines, decode, attention)
     out: list[str] = []
     for nbest in found:
         for t in nbest[: cfg.decode.nbest]:

@@ -366,6 +366,10 @@ class DecodeConfig:
     top_k: int = 0  # sample: draw from the k most probable tokens only (0 = all)
     top_p: float = 1.0  # sample: from the fewest most probable tokens holding p of the mass
     seed: int = 1  # sample: with the sentence's index, seeds its draws (batch-size independent)
+    # greedy: each output's log-probability (Translation.score). Off, a step takes the argmax of
+    # the logits and skips the softmax over the vocabulary (CTranslate2's return_scores=False)
+    # and scores are NaN; text-only callers (translate, evaluate, validation) turn it off
+    scores: bool = True
 
 
 @dataclass

@@ -13,6 +13,7 @@ sentences waiting to start are encoded decode.batch_size at a time, ahead of the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -166,12 +167,12 @@ def continuous_greedy(
     idle = 0  # rows waiting for a sentence
     while rows.sentence.numel():
         logits = model.decode(rows.token, memory, src_mask, cache)[:, -1]  # (N, V)
-        logprobs = step_logprobs(logits, rows.length, rows.bounds, 1)[:, 0]  # (N, V)
+        logprobs = step_logprobs(logits, rows.length, rows.bounds, 1, cfg.scores)[:, 0]  # (N, V)
         logprob, best = most_probable(logprobs, rows.sentence, 0)  # (N,) each
         ended = rows.advance(best, logprob)  # (N,)
         if bool(ended.any()):
             done = ended.nonzero().squeeze(1)  # (R,)
-            _record(found, rows, done)
+            _record(found, rows, done, cfg.scores)
             rows.sentence[done], rows.length[done] = -1, 0
             for layer_cache in cache:
                 layer_cache.reset_rows(done)
@@ -246,8 +247,10 @@ class _Waiting:
         self.used = 0
 
 
-def _record(found: list[Hypothesis | None], rows: _Rows, done: Tensor) -> None:
-    """The hypotheses of the rows `done` (R,), which have just output EOS, in `found`."""
+def _record(found: list[Hypothesis | None], rows: _Rows, done: Tensor, scored: bool) -> None:
+    """The hypotheses of the rows `done` (R,), which have just output EOS, in `found` (scored:
+    the rows' scores are log-probabilities, else NaN)."""
     sentences, tokens = rows.sentence[done].tolist(), rows.tokens[done].tolist()
-    for i, ids, score in zip(sentences, tokens, rows.score[done].tolist(), strict=True):
+    scores = rows.score[done].tolist() if scored else [math.nan] * len(sentences)
+    for i, ids, score in zip(sentences, tokens, scores, strict=True):
         found[i] = Hypothesis(strip_eos(ids), score)

@@ -12,6 +12,7 @@ seq2seq/decode/schedule.py puts many sentences through them (`translate_ids`).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ class Hypothesis:
     """One output of a search: its token ids and its score."""
 
     tokens: list[int]  # output ids, without BOS and EOS
-    score: float  # length-normalized log-probability (greedy: raw log-probability)
+    score: float  # length-normalized log-probability (greedy: raw; NaN without scores)
 
 
 def max_lengths(src: Tensor, a: float, b: int) -> Tensor:
@@ -81,14 +82,21 @@ def _never_output(device: torch.device) -> Tensor:
     return torch.tensor([PAD_ID, BOS_ID], device=device)
 
 
-def step_logprobs(logits: Tensor, step: int | Tensor, bounds: Bounds, group: int) -> Tensor:
+def step_logprobs(
+    logits: Tensor, step: int | Tensor, bounds: Bounds, group: int, normalize: bool = True
+) -> Tensor:
     """Log-probabilities (B, G, V) of token `step` (one for all, or (B,) one per sentence) for
-    logits (B*G, V), G hypotheses a sentence.
+    logits (B*G, V), G hypotheses a sentence; with normalize=False the logits themselves (each
+    row's largest is the same token, ties within float rounding aside), whose softmax over the
+    vocabulary greedy search without scores skips.
 
     PAD and BOS are never output. EOS is masked before a sentence's min length; at its max length
     only EOS is left, with its own log-probability (the limit charges log p(EOS), like fairseq).
     """
-    logprobs = logits.float().log_softmax(-1).view(-1, group, logits.size(-1))  # (B, G, V)
+    scores = logits.float()  # (B*G, V)
+    if normalize:
+        scores = scores.log_softmax(-1)
+    logprobs = scores.view(-1, group, logits.size(-1))  # (B, G, V)
     logprobs.index_fill_(-1, _never_output(logprobs.device), NEG_INF)
     length = step + 1  # output length if this token is EOS
     per_row = isinstance(length, Tensor)
@@ -131,12 +139,17 @@ def most_probable(logprobs: Tensor, rows: Tensor, step: int) -> tuple[Tensor, Te
 
 @torch.inference_mode()
 def greedy_search(
-    model: SearchModel, src: Tensor, max_len: Tensor, min_len: Tensor | int = 0
+    model: SearchModel,
+    src: Tensor,
+    max_len: Tensor,
+    min_len: Tensor | int = 0,
+    scores: bool = True,
 ) -> list[Hypothesis]:
     """Most probable next token at every step, for sources (B, S); a sentence leaves the batch
-    when it emits EOS, and the search stops when none is left."""
+    when it emits EOS, and the search stops when none is left. scores=False: no softmax over
+    the vocabulary a step, and NaN scores."""
     memory, src_mask = model.encode(src)  # (B, S, D), (B, S)
-    return one_path_search(model, memory, src_mask, max_len, min_len, most_probable)
+    return one_path_search(model, memory, src_mask, max_len, min_len, most_probable, scores)
 
 
 def one_path_search(
@@ -146,11 +159,13 @@ def one_path_search(
     max_len: Tensor,
     min_len: Tensor | int,
     pick: Pick,
+    normalize: bool = True,
 ) -> list[Hypothesis]:
     """One hypothesis per row of the encoder output memory (B, S, D), its token at every step
     chosen by `pick` (greedy: the most probable; sampling: a draw). A row leaves the batch when
     it emits EOS, and the search stops when none is left. A step writes the rows still decoding
-    by slices (tokens (N, L), score (N,)); they go to their sentences' places when rows leave."""
+    by slices (tokens (N, L), score (N,)); they go to their sentences' places when rows leave.
+    normalize=False: `pick` sees the logits, not log-probabilities, and the scores are NaN."""
     batch, limit, device = memory.size(0), int(max_len.max()), memory.device
     bounds = Bounds(max_len, _as_lengths(min_len, max_len))
     cache = model.new_cache(limit)
@@ -161,7 +176,8 @@ def one_path_search(
     token = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=device)  # (N, 1)
     for step in range(limit):
         logits = model.decode(token, memory, src_mask, cache)[:, -1]  # (N, V)
-        best_logprob, best = pick(step_logprobs(logits, step, bounds, 1)[:, 0], alive, step)  # (N,)
+        logprobs = step_logprobs(logits, step, bounds, 1, normalize)[:, 0]  # (N, V)
+        best_logprob, best = pick(logprobs, alive, step)  # (N,) each
         tokens[:, step] = best
         score += best_logprob
         ended = best.eq(EOS_ID)  # (N,)
@@ -177,6 +193,8 @@ def one_path_search(
         token = best[:, None]
     else:  # the length limit stopped the rows still decoding
         out[alive], final[alive] = tokens, score
+    if not normalize:
+        final.fill_(math.nan)
     return [
         Hypothesis(strip_eos(row), s) for row, s in zip(out.tolist(), final.tolist(), strict=True)
     ]
@@ -360,7 +378,7 @@ def decode_batch(
     its row)."""
     max_len = max_lengths(src, cfg.max_len_a, cfg.max_len_b)  # (B,)
     if cfg.method == SearchKind.greedy:
-        return [[h] for h in greedy_search(model, src, max_len, min_len)]
+        return [[h] for h in greedy_search(model, src, max_len, min_len, cfg.scores)]
     if cfg.method == SearchKind.sample:
         index = sentences if sentences is not None else list(range(src.size(0)))
         return sample_search(model, src, max_len, cfg, index, min_len)

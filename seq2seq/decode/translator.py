@@ -133,8 +133,9 @@ class Translator:
         return decode
 
     def translate(self, texts: Sequence[str], **changes: Any) -> list[str]:
-        """The best translation of each text, in order; a blank text gives ""."""
-        return [n[0].text for n in self.translate_nbest(texts, **changes)]
+        """The best translation of each text, in order; a blank text gives "". Greedy search
+        skips the scores nobody reads here (DecodeConfig.scores) unless `scores` is given."""
+        return [n[0].text for n in self.translate_nbest(texts, **{"scores": False, **changes})]
 
     def translate_nbest(
         self, texts: Sequence[str], attention: bool = False, **changes: Any

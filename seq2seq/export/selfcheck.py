@@ -168,7 +168,7 @@ def self_check(t: Translator, engine: Exported, split: str, n: int) -> CheckResu
     cap = t.cfg.data.max_len
     src = [s[:cap] for s in t.src_tok.encode_batch([p[0] for p in pairs])]
     refs = [r[:cap] for r in t.tgt_tok.encode_batch([p[1] for p in pairs])]
-    decode = t.settings(method=SearchKind.greedy, nbest=1)
+    decode = t.settings(method=SearchKind.greedy, nbest=1, scores=False)
     ours = [h[0].tokens for h in translate_ids(t.model, src, decode, cap)]
     src_t = pad_sources(src, cap, torch.device("cpu"))  # (B, S)
     # our limit counts the EOS it forces; the engines' count the tokens before it

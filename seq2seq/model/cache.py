@@ -11,17 +11,24 @@ from torch import Tensor
 
 from seq2seq import kernels
 
+# buffers that start at zero (rows at their own positions) start with room for at most this many
+# positions and double as rows pass it: room for a length limit of 256 that no row reaches was
+# 16.8 MB a layer at 64 rows, zeroed in ~12 ms (a profile; whole searches showed no gain: docs/
+# BENCHMARKS.md, "Decoding against CTranslate2")
+ZEROED_START = 64
+
 
 class LayerCache:
     """Keys and values one decoder layer has already computed during incremental decoding.
 
     Self-attention keys/values have one row per hypothesis (sentences x beams, sentence-major)
-    and live in one buffer preallocated for `capacity` positions (doubled when a step goes past
-    it): a step writes its keys and values in one copy instead of concatenating the whole
-    history, and a reorder copies into a second buffer kept for that, so steps allocate no new
-    memory. Cross-attention keys/values are computed once per sentence and have one row per
-    sentence: the hypotheses of a sentence share them (see `DecoderLayer`); so does the
-    source's padding, kept as a bias on the logits (kernels.key_bias) made once.
+    and live in one buffer preallocated for `capacity` positions (at most ZEROED_START where it
+    starts at zero; doubled when a step goes past it): a step writes its keys and values in one
+    copy instead of concatenating the whole history, and a reorder copies into a second buffer
+    kept for that, so steps allocate no new memory. Cross-attention keys/values are computed
+    once per sentence and have one row per sentence: the hypotheses of a sentence share them
+    (see `DecoderLayer`); so does the source's padding, kept as a bias on the logits
+    (kernels.key_bias) made once.
 
     Rows decode side by side from position `length`, all at once; or, once `add_rows` has put
     new sentences beside rows already under way (continuous batching), each from its own
@@ -100,7 +107,8 @@ class LayerCache:
         old = self._full
         if old is not None and end <= old.size(3):
             return old[:, : self.rows]
-        size = max(end, self.capacity, 0 if old is None else 2 * old.size(3))
+        start = self.capacity if self.lengths is None else min(self.capacity, ZEROED_START)
+        size = max(end, start, 0 if old is None else 2 * old.size(3))
         _, n, h, _, dh = kv.shape
         full = self._alloc(
             kv, 2, n if old is None else old.size(1), h, size, dh

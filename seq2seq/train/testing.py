@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,10 @@ def score_checkpoint(
     lens: list[int] = []  # source lengths, hypotheses, references over every test split
     hyps: list[str] = []
     refs: list[str] = []
+    decode = replace(cfg.decode, scores=False)  # the text is scored, not the search's scores
     for name in cfg.data.test:
         data = trainer.splits[name]
-        out = translate_ids(trainer.model, data.src_ids, cfg.decode, cfg.data.max_len)
+        out = translate_ids(trainer.model, data.src_ids, decode, cfg.data.max_len)
         texts = [trainer.tgt_tok.decode(h[0].tokens) for h in out]
         (trainer.run_dir / f"{name}{tag}.hyp").write_text("".join(t + "\n" for t in texts))
         results[name] = score(texts, data.tgt_text, lowercase=True)

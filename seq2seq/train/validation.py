@@ -48,7 +48,7 @@ def validate(
             _, nll = model(batch.src, batch.tgt_in, batch.tgt_out, 0.0)
         nll_sum, tokens = nll_sum + nll.item(), tokens + batch.tgt_tokens
     limit = cfg.trainer.valid_bleu_sentences or len(data)
-    greedy = replace(cfg.decode, method=SearchKind.greedy)
+    greedy = replace(cfg.decode, method=SearchKind.greedy, scores=False)  # text only
     hyps = translate_ids(model, data.src_ids[:limit], greedy, cfg.data.max_len)
     texts = [tgt_tok.decode(h[0].tokens) for h in hyps]
     model.train()

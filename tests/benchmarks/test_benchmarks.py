@@ -401,7 +401,14 @@ def test_export_speed_gives_ours_ctranslate2s_stopping_rule(
     inputs = {"ckpt": "x.pt", "threads": 1, "max_decoding_length": 77}
     assert export_speed.ours_decoder(inputs, 5, "float32")(["a b", "c"]) == (["A B", "C"], [3, 1])
     assert calls == [
-        {"method": "beam", "beam_size": 5, "batch_size": 64, "max_len_a": 0.0, "max_len_b": 77}
+        {
+            "method": "beam",
+            "beam_size": 5,
+            "batch_size": 64,
+            "max_len_a": 0.0,
+            "max_len_b": 77,
+            "scores": False,
+        }
     ]
     refs = ["x"] * 3
     runs = {

@@ -5,6 +5,7 @@ search gives, for every positional encoding."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -199,3 +200,52 @@ def test_long_rows_attending_apart_decode_as_batch_by_batch(
     assert sum(splits) >= 4  # rows attended apart (each layer) at some steps
     want = translate_ids(model, ids, dataclasses.replace(cfg, continuous=False), min_len=3)
     assert_same(got, want)
+
+
+def count_log_softmax(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Calls of Tensor.log_softmax from now on (one a step when the search scores)."""
+    calls: list[int] = []
+    original = torch.Tensor.log_softmax
+
+    def counted(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "log_softmax", counted)
+    return calls
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_greedy_without_scores_skips_the_softmax_and_keeps_the_tokens(
+    make_model: MakeModel, monkeypatch: pytest.MonkeyPatch, continuous: bool
+) -> None:
+    """decode.scores=False: the same tokens as with scores (min_len and every row's own limit
+    applied to the logits alike), NaN scores, and no log-softmax over the vocabulary."""
+    model = make_model("rope", layers=2, seed=5).double()
+    ids = random_ids(17, 24)
+    cfg = DecodeConfig(
+        method=SearchKind.greedy, batch_size=4, max_len_a=2.0, max_len_b=1, continuous=continuous
+    )
+    want = translate_ids(model, ids, cfg, min_len=3)
+    calls = count_log_softmax(monkeypatch)
+    got = translate_ids(model, ids, dataclasses.replace(cfg, scores=False), min_len=3)
+    assert calls == []
+    assert [h[0].tokens for h in got] == [h[0].tokens for h in want]
+    assert all(math.isnan(h[0].score) for h in got)
+    assert not any(math.isnan(h[0].score) for h in want)
+    assert len({len(h[0].tokens) for h in got}) > 3  # rows ended at different steps
+
+
+def test_beam_and_sampling_score_whatever_scores_says(make_model: MakeModel) -> None:
+    """Their searches rank by log-probabilities: scores=False changes nothing there."""
+    model = make_model("sinusoidal", layers=1, seed=2)
+    ids = random_ids(5, 24, seed=1)
+    for cfg in (
+        DecodeConfig(method=SearchKind.beam, beam_size=3, batch_size=4),
+        DecodeConfig(method=SearchKind.sample, batch_size=4, seed=3),
+    ):
+        want = translate_ids(model, ids, cfg)
+        got = translate_ids(model, ids, dataclasses.replace(cfg, scores=False))
+        assert [[(h.tokens, h.score) for h in n] for n in got] == [
+            [(h.tokens, h.score) for h in n] for n in want
+        ]

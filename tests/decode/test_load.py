@@ -250,7 +250,7 @@ def test_translator_times_float32_products_at_each_searchs_settings(
     translator = Translator.from_checkpoint(checkpoint, device="cpu")
     assert fresh_products == []  # loading times nothing
     vocab = translator.tgt_tok.vocab_size
-    beam = translator.settings(beam_size=4, batch_size=8)
+    beam = translator.settings(beam_size=4, batch_size=8, scores=False)  # as translate() asks
     translator.translate(["a b", "c"], beam_size=4, batch_size=8)
     translator.translate(["c", "a b c"], beam_size=4, batch_size=8)
     assert fresh_products == [(translator.model, probe_settings(beam, 2), vocab)]
@@ -258,4 +258,4 @@ def test_translator_times_float32_products_at_each_searchs_settings(
     translator.translate(["a b c"] * 9, beam_size=4, batch_size=8)
     assert fresh_products[1][1] == beam  # a batch's worth: timed at the batch
     translator.translate(["a b c"] * 20, beam_size=1, batch_size=16)
-    assert fresh_products[2][1] == translator.settings(beam_size=1, batch_size=16)
+    assert fresh_products[2][1] == translator.settings(beam_size=1, batch_size=16, scores=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -74,6 +75,30 @@ def test_changes_and_nbest(run: Path) -> None:
         translator.translate(src, beam=3)
     with pytest.raises(ValueError, match=r"decode\.beam_size=0 is invalid"):
         translator.translate(src, beam_size=0)
+
+
+def test_translate_skips_greedy_scores_that_translate_nbest_keeps(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """translate() returns text only: its greedy search runs without scores (no log-softmax a
+    step), with translate_nbest's texts; translate_nbest scores unless told not to."""
+    translator = Translator.from_checkpoint(run / "run" / "checkpoints" / "best.pt", "cpu")
+    src = (run / "data" / "test.en").read_text(encoding="utf-8").splitlines()[:5]
+    nbest = translator.translate_nbest(src)
+    assert all(math.isfinite(n[0].score) for n in nbest)
+    assert all(math.isnan(n[0].score) for n in translator.translate_nbest(src, scores=False))
+    calls: list[int] = []
+    original = torch.Tensor.log_softmax
+
+    def counted(self: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(1)
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch.Tensor, "log_softmax", counted)
+    assert translator.translate(src) == [n[0].text for n in nbest]
+    assert calls == []
+    translator.translate(src, scores=True)
+    assert calls
 
 
 def test_threads_share_one_translator(run: Path) -> None:

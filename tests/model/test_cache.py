@@ -106,3 +106,27 @@ def test_rows_are_refilled_in_place_and_reset() -> None:
     assert cache.cross_bias.flatten(1).tolist() == [[0, 0, -math.inf], [0, 0, 0]]
     with pytest.raises(ValueError, match="own lengths"):
         LayerCache().append_rows(torch.ones(1, 1, 1, 1), torch.ones(1, 1, 1, 1))
+
+
+def test_buffers_that_start_at_zero_start_small_and_grow() -> None:
+    """Rows at their own positions zero their buffer: it starts with ZEROED_START positions, not
+    the capacity asked for (the length limit), and doubles as a row passes its end, keeping
+    every key; a cache of rows at one position takes the capacity at once (unwritten memory)."""
+    from seq2seq.model import cache as cache_module
+
+    start = cache_module.ZEROED_START
+    cache = LayerCache(4 * start)
+    cache.add_rows(torch.ones(1, 1, 2, 1), torch.ones(1, 1, 2, 1), torch.zeros(1, 1, 1, 2))
+    for step in range(start + 1):
+        keys, _, _ = cache.append_rows(
+            torch.full((1, 1, 1, 1), float(step)), torch.zeros(1, 1, 1, 1)
+        )
+        assert cache._full is not None
+        assert cache._full.size(3) == (start if step < start else 2 * start)
+    assert keys.flatten().tolist() == [float(t) for t in range(start + 1)]
+    full = cache._full
+    assert full is not None
+    assert full[0, 0, 0, start + 1 :].eq(0).all()  # the room past the row's keys: zeros
+    plain = filled_cache(rows=1, steps=1, capacity=4 * start)
+    assert plain._full is not None
+    assert plain._full.size(3) == 4 * start
