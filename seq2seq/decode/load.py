@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from seq2seq import kernels
+from seq2seq import kernels, mkl
 from seq2seq.config.schema import (
     DecodeConfig,
     ModelConfig,
@@ -143,9 +143,12 @@ def choices_file() -> Path:
 
 def machine_key(key: tuple[object, ...]) -> str:
     """products_key on this machine: with the CPU (model, family and model numbers, speed
-    flags) and torch's version, whose oneDNN and ATen products the timing measured."""
+    flags), torch's version and whether MKL takes its Intel code path here (seq2seq/mkl.py:
+    ATen's products change speed with it), whose oneDNN and ATen products the timing
+    measured."""
     cpu = [cpu_info()["cpu_model"], cpu_id(), *cpu_flags()]
-    return json.dumps([cpu, torch.__version__, [str(k) for k in key]])
+    intel_path = "mkl intel path" if mkl.STATE.startswith("on") else "mkl as shipped"
+    return json.dumps([cpu, torch.__version__, intel_path, [str(k) for k in key]])
 
 
 def _read_choices(path: Path) -> dict[str, object]:

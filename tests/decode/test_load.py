@@ -178,6 +178,26 @@ def test_a_choice_that_names_no_backends_is_timed_anew(
     assert seq2seq.decode.load.stored_products(key) == ("aten", "onednn")
 
 
+def test_a_choice_timed_with_mkls_intel_path_holds_only_with_it(
+    make_model: MakeModel, fresh_products: list[tuple], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ATen's products change speed with MKL's Intel code path (seq2seq/mkl.py): a choice timed
+    with it on is not read by a process with it off, nor the other way round."""
+    from seq2seq import mkl
+
+    model = make_model()
+    key = seq2seq.decode.load.products_key(model.cfg, BEAM, 24)
+    monkeypatch.setattr(mkl, "STATE", "on (MKL's vendor check answered by seq2seq._mkl_intel)")
+    seq2seq.decode.load.store_products(key, ("aten", "onednn"))
+    assert seq2seq.decode.load.stored_products(key) == ("aten", "onednn")
+    monkeypatch.setattr(mkl, "STATE", "off: SEQ2SEQ_MKL_INTEL_PATH=0")
+    assert seq2seq.decode.load.stored_products(key) is None
+    seq2seq.decode.load.store_products(key, ("onednn", "onednn"))
+    assert seq2seq.decode.load.stored_products(key) == ("onednn", "onednn")
+    monkeypatch.setattr(mkl, "STATE", "on (MKL's vendor check answered by seq2seq._mkl_intel)")
+    assert seq2seq.decode.load.stored_products(key) == ("aten", "onednn")
+
+
 def test_an_unwritable_cache_folder_only_costs_a_timing(
     make_model: MakeModel,
     fresh_products: list[tuple],
