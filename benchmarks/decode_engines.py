@@ -2,8 +2,10 @@
 and search), Hugging Face transformers (MarianMTModel.generate, with its sdpa and its eager
 attention) and CTranslate2 (float32, int8).
 
-Each gets the same length-sorted batches of token ids and the same settings, decodes them all once
-after one warm-up batch, and returns the outputs and the time; in the greedy forced mode it also
+Each gets the same length-sorted batches of token ids and the same settings (no engine returns
+scores: CTranslate2's return_scores=False, ours decode.scores=false, generate without
+output_scores), decodes them all once after one warm-up batch, and returns the outputs and the
+time; in the greedy forced mode it also
 times one sentence decoded alone. Ours and CTranslate2 also run with one worker a thread
 (`workers` > 1), their documented CPU throughput setting: CTranslate2 with inter_threads=workers
 and intra_threads 1, handed every batch in one translate_batch call (max_batch_size: it sorts
