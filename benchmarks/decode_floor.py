@@ -16,8 +16,8 @@ number of rows in --rows (1: one sentence; 64: a batch, every source of the same
   weights taken out of the modules once (the self-attention's query, key and value products
   fused into one), a preallocated cache written in place, SDPA for both attentions, no module
   calls, no positional hooks, no kernel seam, no masks (the sources have no padding). It is not
-  a product path: it knows only pre-norm layers with sinusoidal positions, float32, sources of
-  one length.
+  a product path: it knows only pre-norm layers with sinusoidal or rotary positions (the
+  regularized Multi30k recipe's), float32, sources of one length.
 Each round times both engines (alternating, the first round untimed); the script prints the
 median milliseconds per step of each, their ratio, and whether both chose the same tokens (the
 premise of the comparison). The search's own work around the model (log-probabilities, its
@@ -46,7 +46,7 @@ from seq2seq.config.schema import DecodeConfig, SearchKind
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
 from seq2seq.decode.load import choose_products
 from seq2seq.decode.schedule import decoding
-from seq2seq.model.absolute import Sinusoidal
+from seq2seq.model.absolute import Rotary, Sinusoidal
 from seq2seq.model.transformer import EncoderDecoder
 
 
@@ -69,13 +69,22 @@ class Floor:
     """model.decode's greedy step for N rows, in as few PyTorch calls as it takes."""
 
     def __init__(self, model: EncoderDecoder, memory: Tensor, capacity: int) -> None:
-        cfg = model.cfg
-        if not cfg.norm_first or not isinstance(model.dec_pos, Sinusoidal):
-            raise SystemExit("decode_floor: the floor knows pre-norm sinusoidal models only")
+        cfg, pos = model.cfg, model.dec_pos
+        if not cfg.norm_first or not isinstance(pos, (Sinusoidal, Rotary)):
+            raise SystemExit(
+                "decode_floor: the floor knows pre-norm sinusoidal or rope models only"
+            )
         self.d, self.h = cfg.d_model, cfg.n_heads
         self.scale, self.embed = model.scale, model.tgt_embed.weight  # (V, D)
-        model.dec_pos.embed(memory.new_zeros(1, capacity, self.d))  # the table grows to capacity
-        self.table = model.dec_pos.table[:capacity]  # (capacity, D)
+        self.table: Tensor | None = None  # (capacity, D): sinusoidal positions, added
+        self.rotary: tuple[Tensor, Tensor] | None = None  # (capacity, Dh) each: cos, sin
+        if isinstance(pos, Sinusoidal):
+            pos.embed(memory.new_zeros(1, capacity, self.d))  # the table grows to capacity
+            self.table = pos.table[:capacity]
+        else:  # Rotary's angles, channel i paired with i + Dh/2
+            angle = torch.arange(capacity, dtype=torch.float64)[:, None] * pos.inv_freq[None]
+            angle = torch.cat((angle, angle), -1)  # (capacity, Dh)
+            self.rotary = angle.cos().float(), angle.sin().float()
         self.final = (model.dec_norm.weight, model.dec_norm.bias)
         self.output = model.out.weight  # (V, D)
         self.layers = [self._layer(layer, memory, capacity) for layer in model.decoder]
@@ -108,10 +117,16 @@ class Floor:
         """The next-token logits (N, V) after `tokens` (N,), the t-th inputs (from 0); their
         keys and values join the caches."""
         d, h, n = self.d, self.h, tokens.size(0)
-        x = (self.embed[tokens] * self.scale + self.table[t]).view(n, 1, d)  # (N, 1, D)
+        x = self.embed[tokens] * self.scale  # (N, D)
+        x = (x if self.table is None else x + self.table[t]).view(n, 1, d)  # (N, 1, D)
         for layer in self.layers:
             y = F.layer_norm(x, (d,), *layer.norms[0])  # (N, 1, D)
             qkv = F.linear(y, *layer.qkv).view(n, 3, h, -1)  # (N, 3, H, Dh)
+            if self.rotary is not None:  # queries and keys turned by position t's angles
+                qk, half = qkv[:, :2], qkv.size(-1) // 2  # (N, 2, H, Dh)
+                turned = torch.cat((-qk[..., half:], qk[..., :half]), -1)  # (N, 2, H, Dh)
+                qk = qk * self.rotary[0][t] + turned * self.rotary[1][t]
+                qkv = torch.cat((qk, qkv[:, 2:]), 1)  # (N, 3, H, Dh)
             layer.kv[:, :, :, t] = qkv[:, 1:].transpose(0, 1)  # keys and values of position t
             q = qkv[:, 0].unsqueeze(2)  # (N, H, 1, Dh)
             keys, values = layer.kv[:, :, :, : t + 1].unbind(0)  # (N, H, t+1, Dh) each
