@@ -81,10 +81,9 @@ class Floor:
         if isinstance(pos, Sinusoidal):
             pos.embed(memory.new_zeros(1, capacity, self.d))  # the table grows to capacity
             self.table = pos.table[:capacity]
-        else:  # Rotary's angles, channel i paired with i + Dh/2
-            angle = torch.arange(capacity, dtype=torch.float64)[:, None] * pos.inv_freq[None]
-            angle = torch.cat((angle, angle), -1)  # (capacity, Dh)
-            self.rotary = angle.cos().float(), angle.sin().float()
+        else:  # Rotary's tables, channel i paired with i + Dh/2
+            cos, sin = pos.tables(capacity, memory.device)  # (>= capacity, Dh) each
+            self.rotary = cos[:capacity], sin[:capacity]
         self.final = (model.dec_norm.weight, model.dec_norm.bias)
         self.output = model.out.weight  # (V, D)
         self.layers = [self._layer(layer, memory, capacity) for layer in model.decoder]

@@ -75,6 +75,11 @@ def decide(setting: str, vendor: str, system: str, machine: str, torch_loaded: b
     return ""
 
 
+def is_on(state: str) -> bool:
+    """Whether a STATE (now's, or one a run or a benchmark recorded) says the path was on."""
+    return state.startswith("on")
+
+
 def use_intel_path() -> str:
     """Load the library into the global scope if `decide` allows; set and return STATE."""
     global STATE

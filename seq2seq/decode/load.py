@@ -147,7 +147,7 @@ def machine_key(key: tuple[object, ...]) -> str:
     ATen's products change speed with it), whose oneDNN and ATen products the timing
     measured."""
     cpu = [cpu_info()["cpu_model"], cpu_id(), *cpu_flags()]
-    intel_path = "mkl intel path" if mkl.STATE.startswith("on") else "mkl as shipped"
+    intel_path = "mkl intel path" if mkl.is_on(mkl.STATE) else "mkl as shipped"
     return json.dumps([cpu, torch.__version__, intel_path, [str(k) for k in key]])
 
 

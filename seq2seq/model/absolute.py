@@ -111,7 +111,8 @@ class Rotary(PositionalEncoding):
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (Dh/2,)
         self._cos = self._sin = torch.empty(0)
 
-    def _tables(self, end: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    def tables(self, end: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """The cosines and sines (P, Dh) of positions 0 .. P - 1, P >= end (grown as needed)."""
         if self._cos.size(0) < end or self._cos.device != device:
             # outside inference mode: tables grown while decoding are saved for backward later
             with torch.inference_mode(False):
@@ -125,7 +126,7 @@ class Rotary(PositionalEncoding):
     def rotate(self, x: Tensor, offset: Offset = 0) -> Tensor:
         """Queries or keys x (B, H, T, Dh) rotated by the angles of their positions."""
         length = x.size(-2)
-        cos, sin = self._tables(_end(offset, length), x.device)
+        cos, sin = self.tables(_end(offset, length), x.device)
         cos = _rows(cos, offset, length).to(x.dtype)  # (T, Dh) or (B, T, Dh)
         sin = _rows(sin, offset, length).to(x.dtype)
         if isinstance(offset, Tensor):  # one row of angles per row of x, for all its heads

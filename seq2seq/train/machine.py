@@ -13,6 +13,8 @@ import platform
 import subprocess
 from pathlib import Path
 
+from seq2seq import mkl
+
 
 def _lscpu() -> dict[str, str]:
     """lscpu's "Key: value" lines (empty where lscpu is missing or fails)."""
@@ -67,8 +69,6 @@ def describe() -> dict[str, object]:
     threads, GPU (or None), Python, date."""
     import torch
 
-    from seq2seq import mkl
-
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     return {
         **cpu_info(),
@@ -94,7 +94,7 @@ def summary(info: dict[str, object]) -> str:
         about += ("; " if about else "") + ", ".join(map(str, flags))
     vendor = f" ({about})" if about else ""
     extra = f", {info['gpu']}" if info.get("gpu") else ""
-    if str(info.get("mkl_intel_path", "")).startswith("on"):
+    if mkl.is_on(str(info.get("mkl_intel_path", ""))):
         extra += ", MKL's Intel path"
     return (
         f"{info['cpu_model']}{vendor}, {info['cores']} cores, torch {info['torch']} "

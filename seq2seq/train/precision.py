@@ -188,7 +188,7 @@ def check_mkl_path(started: str, products: str) -> str:
     float32 products (ATen's or the reference kernels'): they round differently, so the resume is
     not bit-exact."""
     now = mkl.STATE
-    if started and started.startswith("on") != now.startswith("on") and products != "onednn":
+    if started and mkl.is_on(started) != mkl.is_on(now) and products != "onednn":
         log.warning(
             "MKL's Intel path was %r when this run started and is %r now: float32 products "
             "round differently, so this resume is not bit-exact (seq2seq/mkl.py)",
