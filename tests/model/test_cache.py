@@ -108,6 +108,26 @@ def test_rows_are_refilled_in_place_and_reset() -> None:
         LayerCache().append_rows(torch.ones(1, 1, 1, 1), torch.ones(1, 1, 1, 1))
 
 
+def test_a_refill_cuts_the_sources_to_the_rows_longest() -> None:
+    """The longest source's row gets a shorter sentence: the cross-attention keys, values and
+    bias shrink to the longest source left (the padding past it is never attended to), every
+    row's own keys kept."""
+    cache = LayerCache(4)
+    keys = torch.arange(8.0).view(2, 1, 4, 1)  # (N=2, H=1, S=4, Dh=1)
+    bias = torch.tensor([[0.0] * 4, [0.0, 0.0, -math.inf, -math.inf]])[:, None, None, :]
+    cache.add_rows(keys, -keys, bias)  # sources of 4 and 2 tokens
+    cache.reset_rows(torch.tensor([0]))
+    short = torch.full((1, 1, 1, 1), 9.0)  # a source of one token
+    cache.add_rows(short, -short, torch.zeros(1, 1, 1, 1), torch.tensor([0]))
+    assert cache.cross_k is not None
+    assert cache.cross_v is not None
+    assert cache.cross_bias is not None
+    assert cache.cross_k.flatten(1).tolist() == [[9, 0], [4, 5]]
+    assert cache.cross_v.flatten(1).tolist() == [[-9, 0], [-4, -5]]
+    assert cache.cross_bias.flatten(1).tolist() == [[0, -math.inf], [0, 0]]
+    assert cache.cross_k.is_contiguous()
+
+
 def test_buffers_that_start_at_zero_start_small_and_grow() -> None:
     """Rows at their own positions zero their buffer: it starts with ZEROED_START positions, not
     the capacity asked for (the length limit), and doubles as a row passes its end, keeping
