@@ -55,7 +55,7 @@ def encode_split(
 def load_corpus(cfg: TrainConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None = None) -> Corpus:
     """The corpus of cfg's run; `tokenizers` (a resumed checkpoint's) must be those the data was
     prepared with. Under torchrun rank 0 prepares and the other ranks open its directory."""
-    data, t = cfg.data, cfg.trainer
+    data = cfg.data
     if data.prepared:
         path = resolve_path(data.prepared)
     else:
@@ -64,17 +64,7 @@ def load_corpus(cfg: TrainConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
             raise DataError(f"rank 0 could not prepare the data: {error}")
     prepared = open_checked(path, data, tokenizers)
     toks = prepared.tokenizers
-    train = TrainData(
-        prepared.train,
-        data.weights,
-        data.max_len,
-        t.max_tokens,
-        t.seed,
-        data.train_max_src_len,
-        train_sampler(cfg, toks),
-        fixed_shapes(t),
-        data.bidirectional_epochs,
-    )
+    train = train_data(cfg, prepared.train, data.weights, toks)
     log_filtered(prepared, train, data)
     evals = {}
     for name in dict.fromkeys([data.valid, *data.test]):
@@ -147,24 +137,30 @@ def corpus_from_splits(
 ) -> Corpus:
     """A Corpus of already encoded splits, in memory (tests, benchmarks): no files."""
     arrays = {cfg.data.train[0]: CorpusArrays.from_ids(train.src_ids, train.tgt_ids)}
-    data, t = cfg.data, cfg.trainer
-    valid = evals[data.valid]
+    valid = evals[cfg.data.valid]
     texts = (train.src_text, train.tgt_text, valid.src_text, valid.tgt_text)
-    return Corpus(
-        toks,
-        TrainData(
-            arrays,
-            [],
-            data.max_len,
-            t.max_tokens,
-            t.seed,
-            data.train_max_src_len,
-            train_sampler(cfg, toks),
-            fixed_shapes(t),
-            data.bidirectional_epochs,
-        ),
-        evals,
-        data_fingerprint(*texts),
+    return Corpus(toks, train_data(cfg, arrays, [], toks), evals, data_fingerprint(*texts))
+
+
+def train_data(
+    cfg: TrainConfig,
+    arrays: dict[str, CorpusArrays],
+    weights: list[float],
+    toks: tuple[Tokenizer, Tokenizer],
+) -> TrainData:
+    """The training pairs of `arrays` (a corpus's per file) batched as cfg's data and trainer
+    say, drawn with `weights` (data.weights: one each, or empty = 1)."""
+    data, t = cfg.data, cfg.trainer
+    return TrainData(
+        arrays,
+        weights,
+        data.max_len,
+        t.max_tokens,
+        t.seed,
+        data.train_max_src_len,
+        train_sampler(cfg, toks),
+        fixed_shapes(t),
+        data.bidirectional_epochs,
     )
 
 
