@@ -1,0 +1,176 @@
+"""Does a run's choice of checkpoint hold on sentences it was not chosen on? A check on the
+validation set alone (docs/RESULTS.md, runs 51-53).
+
+A run with trainer.average_last tests average.pt only where its validation score beats best.pt's
+(seq2seq/train/testing.py). best.pt's score is the highest of the run's validations, picked on
+the same sentences, so it is optimistic. This script translates the validation set greedily (as
+training validates) with each kept checkpoint (step_*.pt, best.pt) and average.pt, then cuts the
+sentences into random halves A and B many times: on A it picks the best single checkpoint and
+applies the run's rule; on B it scores them against always taking the average.
+
+Usage:
+    python scripts/choice_check.py RUN_DIR --src val.en.gz --ref val.de.gz [--splits 1000]
+
+Translations are kept in RUN_DIR/choice_check/<checkpoint>.txt (a rerun reuses them) and the
+summary in RUN_DIR/choice_check/report.json. BLEU is sacreBLEU's, cased, as validation scores.
+The figures over splits are a spread (the halves share sentences), not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sacrebleu.metrics.bleu import BLEU
+
+from seq2seq.data.text import read_lines
+from seq2seq.errors import UserError
+
+OUT = "choice_check"
+
+
+def candidates(run: Path) -> list[Path]:
+    """The run's kept single checkpoints (step_*.pt by step, then best.pt) and average.pt last."""
+    ckpts = run / "checkpoints"
+    steps = sorted(ckpts.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    found = steps + [p for p in (ckpts / "best.pt", ckpts / "average.pt") if p.exists()]
+    if not (ckpts / "average.pt").exists() or len(found) < 2:
+        raise UserError(
+            f"{ckpts}: needs average.pt and at least one single checkpoint (a run trained with "
+            "trainer.average_last > 0 that has finished)"
+        )
+    return found
+
+
+def translations(ckpt: Path, sources: list[str], out: Path) -> list[str]:
+    """ckpt's greedy translations of `sources`, read from out/<name>.txt when it is there."""
+    path = out / f"{ckpt.stem}.txt"
+    if not path.exists():
+        from seq2seq.decode.translator import Translator
+
+        hyps = Translator.from_checkpoint(str(ckpt), device="cpu").translate(
+            sources, method="greedy"
+        )
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        tmp.replace(path)
+    hyps = path.read_text(encoding="utf-8").splitlines()
+    if len(hyps) != len(sources):
+        raise UserError(f"{path}: {len(hyps)} lines for {len(sources)} sources; delete it to redo")
+    return hyps
+
+
+def sentence_stats(hyps: list[str], refs: list[str]) -> np.ndarray:
+    """BLEU's sufficient statistics of each sentence (N, 10): sums of rows score a subset."""
+    stats = BLEU()._extract_corpus_statistics(hyps, [refs])  # sacreBLEU's own, as its bootstrap
+    return np.asarray(stats, dtype=np.float64)
+
+
+def bleu_of(stats: np.ndarray) -> float:
+    """Corpus BLEU of summed statistics (10,)."""
+    return float(BLEU()._compute_score_from_stats([int(x) for x in stats]).score)
+
+
+def split_half(
+    singles: np.ndarray,
+    average: np.ndarray,
+    splits: int,
+    seed: int,
+    score: Callable[[np.ndarray], float] = bleu_of,
+) -> dict[str, Any]:
+    """singles (M, N, 10) and average (N, 10) statistics; `splits` random halvings. Returns the
+    means and spreads over the splits of: the single picked on A minus the average, on B; the
+    rule's choice (the average only where it is strictly better on A) minus the average, on B;
+    and each choice's drop from A to B."""
+    rng = np.random.default_rng(seed)
+    n = average.shape[0]
+    rows = []
+    for _ in range(splits):
+        in_a = rng.permutation(n) < n // 2  # (N,)
+        on_a = [score(s[in_a].sum(0)) for s in singles]  # (M,)
+        pick = int(np.argmax(on_a))
+        single_b = score(singles[pick][~in_a].sum(0))
+        avg_a, avg_b = score(average[in_a].sum(0)), score(average[~in_a].sum(0))
+        rule_b = avg_b if avg_a > on_a[pick] else single_b
+        rows.append(
+            (
+                single_b - avg_b,
+                rule_b - avg_b,
+                avg_a <= on_a[pick],
+                on_a[pick] - single_b,
+                avg_a - avg_b,
+            )
+        )
+    r = np.array(rows, dtype=np.float64)  # (splits, 5)
+    return {
+        "splits": splits,
+        "seed": seed,
+        "single_minus_average_on_b": {"mean": r[:, 0].mean(), "std": r[:, 0].std()},
+        "single_ahead_share": float(np.mean(r[:, 0] > 0)),
+        "rule_minus_average_on_b": {"mean": r[:, 1].mean(), "std": r[:, 1].std()},
+        "rule_picks_single_share": float(r[:, 2].mean()),
+        "single_drop_a_to_b": float(r[:, 3].mean()),
+        "average_drop_a_to_b": float(r[:, 4].mean()),
+    }
+
+
+def check(run: Path, src: Path, ref: Path, splits: int, seed: int) -> dict[str, Any]:
+    """Translate, score and split; the report (also written to RUN_DIR/choice_check)."""
+    sources, refs = read_lines(src), read_lines(ref)
+    if len(sources) != len(refs):
+        raise UserError(
+            f"{src} has {len(sources)} lines and {ref} {len(refs)}: give one split's pair"
+        )
+    out = run / OUT
+    out.mkdir(exist_ok=True)
+    ckpts = candidates(run)
+    stats = [sentence_stats(translations(c, sources, out), refs) for c in ckpts]
+    report = {
+        "run": str(run),
+        "full_set_bleu": {c.stem: bleu_of(s.sum(0)) for c, s in zip(ckpts, stats, strict=True)},
+        **split_half(np.stack(stats[:-1]), stats[-1], splits, seed),
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+    return report
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as a few lines of text."""
+    full = ", ".join(f"{k} {v:.2f}" for k, v in report["full_set_bleu"].items())
+    single, rule = report["single_minus_average_on_b"], report["rule_minus_average_on_b"]
+    return "\n".join(
+        [
+            f"{report['run']}: greedy BLEU on the whole set: {full}",
+            f"over {report['splits']} random halvings (A picks, B scores; spread, not a test):",
+            f"  single picked on A minus the average, on B: {single['mean']:+.2f} ± "
+            f"{single['std']:.2f} (the single ahead in {report['single_ahead_share']:.0%})",
+            f"  the run's rule minus always the average, on B: {rule['mean']:+.2f} ± "
+            f"{rule['std']:.2f} (the rule picks the single in "
+            f"{report['rule_picks_single_share']:.0%})",
+            f"  drop from A to B: the picked single {report['single_drop_a_to_b']:+.2f}, "
+            f"the average {report['average_drop_a_to_b']:+.2f}",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("runs", nargs="+", type=Path, help="run folders (with checkpoints/)")
+    p.add_argument("--src", type=Path, required=True, help="validation sources (plain or .gz)")
+    p.add_argument("--ref", type=Path, required=True, help="validation references")
+    p.add_argument("--splits", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    try:
+        for run in args.runs:
+            print(render(check(run, args.src, args.ref, args.splits, args.seed)))
+    except UserError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()

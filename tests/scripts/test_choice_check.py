@@ -1,0 +1,102 @@
+"""scripts/choice_check.py: the split-half check of a run's checkpoint choice. The split and the
+rule on known statistics; the whole command on translations already kept in the run folder (the
+translating itself is seq2seq-translate's, tested with it); bad folders and files refused."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("choice_check", REPO / "scripts" / "choice_check.py")
+cc = importlib.util.module_from_spec(_spec)
+sys.modules["choice_check"] = cc
+_spec.loader.exec_module(cc)
+
+REFS = [f"ein mann fährt fahrrad nummer {i} ." for i in range(40)]
+
+
+def mean_score(stats: np.ndarray) -> float:
+    """A stand-in score: the mean of column 0 over rows summed with a count in column 1."""
+    return float(stats[0] / stats[1])
+
+
+def rows(values: list[float]) -> np.ndarray:
+    return np.array([[v, 1.0] for v in values])  # (N, 2)
+
+
+def test_the_average_better_everywhere_is_always_kept() -> None:
+    average = rows([1.0] * 20)
+    singles = np.stack([rows([0.5] * 20), rows([0.0] * 20)])  # (2, 20, 2)
+    report = cc.split_half(singles, average, splits=50, seed=0, score=mean_score)
+    assert report["single_minus_average_on_b"]["mean"] == pytest.approx(-0.5)
+    assert report["single_ahead_share"] == 0.0
+    assert report["rule_minus_average_on_b"] == {"mean": 0.0, "std": 0.0}
+    assert report["rule_picks_single_share"] == 0.0
+
+
+def test_a_tie_on_a_goes_to_the_single_as_the_runs_rule() -> None:
+    same = rows([float(i % 3) for i in range(20)])
+    report = cc.split_half(np.stack([same]), same, splits=20, seed=1, score=mean_score)
+    assert report["rule_picks_single_share"] == 1.0  # the average must be strictly better
+    assert report["rule_minus_average_on_b"]["mean"] == 0.0
+
+
+def test_picking_on_a_is_optimistic_on_b() -> None:
+    """Ten singles of pure noise around the average's level: the one picked on A is the luckiest
+    there and falls back on B; the average, never picked, does not."""
+    rng = np.random.default_rng(3)
+    average = rows([0.5] * 200)
+    singles = np.stack([rows(list(rng.random(200))) for _ in range(10)])
+    report = cc.split_half(singles, average, splits=200, seed=2, score=mean_score)
+    assert report["single_drop_a_to_b"] > 0.02
+    assert report["average_drop_a_to_b"] == pytest.approx(0.0)
+    again = cc.split_half(singles, average, splits=200, seed=2, score=mean_score)
+    assert again == report  # seeded
+
+
+def make_run(tmp_path: Path, hyps: dict[str, list[str]]) -> Path:
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / cc.OUT).mkdir()
+    for name, lines in hyps.items():
+        (run / "checkpoints" / f"{name}.pt").write_bytes(b"")  # never loaded: translations kept
+        (run / cc.OUT / f"{name}.txt").write_text("".join(h + "\n" for h in lines))
+    return run
+
+
+def test_the_command_on_kept_translations(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    worse = [r.replace("fahrrad", "auto") for r in REFS]
+    run = make_run(
+        tmp_path,
+        {"step_200": worse, "step_1000": worse, "best": worse, "average": REFS},
+    )
+    (tmp_path / "val.en").write_text("".join(f"a man rides bike {i} .\n" for i in range(40)))
+    (tmp_path / "val.de").write_text("".join(r + "\n" for r in REFS))
+    cc.main([str(run), "--src", str(tmp_path / "val.en"), "--ref", str(tmp_path / "val.de"),
+             "--splits", "30"])  # fmt: skip
+    report = json.loads((run / cc.OUT / "report.json").read_text())
+    assert list(report["full_set_bleu"]) == ["step_200", "step_1000", "best", "average"]
+    assert report["full_set_bleu"]["average"] == pytest.approx(100.0)
+    assert report["full_set_bleu"]["best"] < 100.0
+    assert report["rule_picks_single_share"] == 0.0
+    assert report["single_minus_average_on_b"]["mean"] < 0
+    assert "the run's rule minus always the average, on B: +0.00" in capsys.readouterr().out
+
+
+def test_refused_without_an_average_or_with_a_short_file(tmp_path: Path) -> None:
+    run = make_run(tmp_path, {"best": REFS})
+    (tmp_path / "val.en").write_text("".join(f"s {i}\n" for i in range(40)))
+    (tmp_path / "val.de").write_text("".join(r + "\n" for r in REFS))
+    args = [str(run), "--src", str(tmp_path / "val.en"), "--ref", str(tmp_path / "val.de")]
+    with pytest.raises(SystemExit, match=r"needs average\.pt"):
+        cc.main(args)
+    make_run(tmp_path / "b", {"best": REFS, "average": REFS[:-1]})
+    args[0] = str(tmp_path / "b" / "run")
+    with pytest.raises(SystemExit, match="39 lines for 40 sources; delete it to redo"):
+        cc.main(args)
