@@ -28,16 +28,20 @@ import numpy as np
 from sacrebleu.metrics.bleu import BLEU
 
 from seq2seq.data.text import read_lines
+from seq2seq.data.tokenizer import write_atomic
 from seq2seq.errors import UserError
+from seq2seq.train.checkpoint import step_checkpoints
 
 OUT = "choice_check"
+SCORER = BLEU()  # sacreBLEU's defaults: cased, 13a, as validation scores
 
 
 def candidates(run: Path) -> list[Path]:
     """The run's kept single checkpoints (step_*.pt by step, then best.pt) and average.pt last."""
     ckpts = run / "checkpoints"
-    steps = sorted(ckpts.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    found = steps + [p for p in (ckpts / "best.pt", ckpts / "average.pt") if p.exists()]
+    found = step_checkpoints(ckpts) + [
+        p for p in (ckpts / "best.pt", ckpts / "average.pt") if p.exists()
+    ]
     if not (ckpts / "average.pt").exists() or len(found) < 2:
         raise UserError(
             f"{ckpts}: needs average.pt and at least one single checkpoint (a run trained with "
@@ -55,9 +59,7 @@ def translations(ckpt: Path, sources: list[str], out: Path) -> list[str]:
         hyps = Translator.from_checkpoint(str(ckpt), device="cpu").translate(
             sources, method="greedy"
         )
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, "".join(h + "\n" for h in hyps).encode("utf-8"))
     hyps = path.read_text(encoding="utf-8").splitlines()
     if len(hyps) != len(sources):
         raise UserError(f"{path}: {len(hyps)} lines for {len(sources)} sources; delete it to redo")
@@ -66,13 +68,13 @@ def translations(ckpt: Path, sources: list[str], out: Path) -> list[str]:
 
 def sentence_stats(hyps: list[str], refs: list[str]) -> np.ndarray:
     """BLEU's sufficient statistics of each sentence (N, 10): sums of rows score a subset."""
-    stats = BLEU()._extract_corpus_statistics(hyps, [refs])  # sacreBLEU's own, as its bootstrap
+    stats = SCORER._extract_corpus_statistics(hyps, [refs])  # sacreBLEU's own, as its bootstrap
     return np.asarray(stats, dtype=np.float64)
 
 
 def bleu_of(stats: np.ndarray) -> float:
     """Corpus BLEU of summed statistics (10,)."""
-    return float(BLEU()._compute_score_from_stats([int(x) for x in stats]).score)
+    return float(SCORER._compute_score_from_stats([int(x) for x in stats]).score)
 
 
 def split_half(
