@@ -9,11 +9,16 @@ sentences into random halves A and B many times: on A it picks the best single c
 applies the run's rule; on B it scores them against always taking the average.
 
 Usage:
-    python scripts/choice_check.py RUN_DIR --src val.en.gz --ref val.de.gz [--splits 1000]
+    python scripts/choice_check.py RUN_DIR... --src val.en.gz --ref val.de.gz [--splits 1000]
+    python scripts/choice_check.py RUN_DIR...   # the runs' kept reports, summed up over runs
 
 Translations are kept in RUN_DIR/choice_check/<checkpoint>.txt (a rerun reuses them) and the
 summary in RUN_DIR/choice_check/report.json. BLEU is sacreBLEU's, cased, as validation scores.
-The figures over splits are a spread (the halves share sentences), not a test.
+The figures over splits are a spread (the halves share sentences), not a test. The test is over
+runs (independent seeds, one figure each): with three runs or more, a one-sample Student t-test
+of each run's mean "rule minus always the average" and "picked single minus the average" against
+zero, Holm-corrected over the two. Runs of other language pairs are checked one command each
+(their own --src/--ref) and summed up together by a last command without --src/--ref.
 """
 
 from __future__ import annotations
@@ -30,9 +35,15 @@ from sacrebleu.metrics.bleu import BLEU
 from seq2seq.data.text import read_lines
 from seq2seq.data.tokenizer import write_atomic
 from seq2seq.errors import UserError
+from seq2seq.evaluation.stats import holm, student_t_two_sided_p
 from seq2seq.train.checkpoint import step_checkpoints
 
 OUT = "choice_check"
+MIN_RUNS = 3  # fewer runs than this are summed up without a test
+TESTED = {
+    "rule_minus_average_on_b": "the run's rule minus always the average",
+    "single_minus_average_on_b": "the single picked on A minus the average",
+}
 SCORER = BLEU()  # sacreBLEU's defaults: cased, 13a, as validation scores
 
 
@@ -140,6 +151,53 @@ def check(run: Path, src: Path, ref: Path, splits: int, seed: int) -> dict[str, 
     return report
 
 
+def kept_report(run: Path) -> dict[str, Any]:
+    """The report a former check left in RUN_DIR/choice_check/report.json."""
+    path = run / OUT / "report.json"
+    if not path.exists():
+        raise UserError(f"{path}: no report; check the run first with --src and --ref")
+    report: dict[str, Any] = json.loads(path.read_text())
+    return report
+
+
+def over_runs(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Each run's mean on B of TESTED's differences, and with MIN_RUNS runs or more a one-sample
+    t-test of them against zero (df = runs - 1), Holm-corrected over TESTED."""
+    out: dict[str, Any] = {"runs": [r["run"] for r in reports]}
+    p_values = []
+    for key in TESTED:
+        x = np.array([r[key]["mean"] for r in reports], dtype=np.float64)  # (runs,)
+        row: dict[str, Any] = {"per_run": x.tolist(), "mean": float(x.mean())}
+        if len(x) >= MIN_RUNS:
+            sd = float(x.std(ddof=1))
+            t = float(x.mean()) / (sd / np.sqrt(len(x))) if sd > 0 else float("inf")
+            row.update(sd=sd, t=t, df=len(x) - 1, p=student_t_two_sided_p(t, len(x) - 1))
+            row["below_zero"] = int((x < 0).sum())
+            p_values.append(row["p"])
+        out[key] = row
+    if p_values:
+        for key, adjusted in zip(TESTED, holm(p_values), strict=True):
+            out[key]["p_holm"] = adjusted
+    return out
+
+
+def render_over_runs(summary: dict[str, Any]) -> str:
+    """The over-runs summary as a few lines of text."""
+    n = len(summary["runs"])
+    lines = [f"over {n} runs (each run's mean on B; a test needs {MIN_RUNS} runs or more):"]
+    for key, words in TESTED.items():
+        row = summary[key]
+        per_run = ", ".join(f"{v:+.2f}" for v in row["per_run"])
+        line = f"  {words}: mean {row['mean']:+.2f} ({per_run})"
+        if "p" in row:
+            line += (
+                f"; below zero in {row['below_zero']} of {n}; one-sample t-test t={row['t']:.2f},"
+                f" df={row['df']}, p={row['p']:.3g}, Holm over {len(TESTED)}: {row['p_holm']:.3g}"
+            )
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def render(report: dict[str, Any]) -> str:
     """The report as a few lines of text."""
     full = ", ".join(f"{k} {v:.2f}" for k, v in report["full_set_bleu"].items())
@@ -162,14 +220,28 @@ def render(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("runs", nargs="+", type=Path, help="run folders (with checkpoints/)")
-    p.add_argument("--src", type=Path, required=True, help="validation sources (plain or .gz)")
-    p.add_argument("--ref", type=Path, required=True, help="validation references")
+    p.add_argument(
+        "--src",
+        type=Path,
+        help="validation sources (plain or .gz); without --src "
+        "and --ref the runs' kept reports are summed up",
+    )
+    p.add_argument("--ref", type=Path, help="validation references")
     p.add_argument("--splits", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     try:
+        if (args.src is None) != (args.ref is None):
+            raise UserError("give both --src and --ref (to check the runs), or neither (to sum up)")
+        reports = []
         for run in args.runs:
-            print(render(check(run, args.src, args.ref, args.splits, args.seed)))
+            if args.src is None:
+                reports.append(kept_report(run))
+            else:
+                reports.append(check(run, args.src, args.ref, args.splits, args.seed))
+            print(render(reports[-1]))
+        if len(reports) > 1:
+            print(render_over_runs(over_runs(reports)))
     except UserError as err:
         raise SystemExit(f"error: {err}") from None
 

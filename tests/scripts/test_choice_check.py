@@ -100,3 +100,64 @@ def test_refused_without_an_average_or_with_a_short_file(tmp_path: Path) -> None
     args[0] = str(tmp_path / "b" / "run")
     with pytest.raises(SystemExit, match="39 lines for 40 sources; delete it to redo"):
         cc.main(args)
+
+
+def fake_report(run: str, rule: float, single: float) -> dict:
+    return {
+        "run": run,
+        "rule_minus_average_on_b": {"mean": rule, "std": 0.1},
+        "single_minus_average_on_b": {"mean": single, "std": 0.1},
+    }
+
+
+def test_over_runs_tests_the_runs_means_against_zero() -> None:
+    reports = [fake_report(f"r{i}", rule, -0.5) for i, rule in enumerate([-0.2, -0.4, -0.6])]
+    reports[2]["single_minus_average_on_b"]["mean"] = -0.8
+    summary = cc.over_runs(reports)
+    rule = summary["rule_minus_average_on_b"]
+    # mean -0.4, sample sd 0.2, t = -0.4 / (0.2 / sqrt 3) = -3.464 on 2 df: p = 0.0742
+    assert rule["mean"] == pytest.approx(-0.4)
+    assert rule["sd"] == pytest.approx(0.2)
+    assert rule["t"] == pytest.approx(-3.4641, abs=1e-4)
+    assert (rule["df"], rule["below_zero"]) == (2, 3)
+    assert rule["p"] == pytest.approx(0.0742, abs=1e-4)
+    single = summary["single_minus_average_on_b"]
+    assert single["p"] < rule["p"]  # -0.6 +- 0.173: the larger t
+    assert single["p_holm"] == pytest.approx(2 * single["p"])  # the smaller of two p-values
+    assert rule["p_holm"] == pytest.approx(max(rule["p"], single["p_holm"]))
+
+
+def test_two_runs_are_summed_up_without_a_test() -> None:
+    summary = cc.over_runs([fake_report("a", -0.3, -0.2), fake_report("b", -0.5, -0.4)])
+    assert summary["rule_minus_average_on_b"] == {"per_run": [-0.3, -0.5], "mean": -0.4}
+    assert "a test needs 3 runs or more" in cc.render_over_runs(summary)
+    assert "t-test" not in cc.render_over_runs(summary)
+
+
+def test_kept_reports_are_summed_up_without_translating(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    runs = []
+    for i, rule in enumerate([-0.1, -0.3, -0.2]):
+        run = tmp_path / f"run{i}"
+        (run / cc.OUT).mkdir(parents=True)
+        report = fake_report(str(run), rule, rule - 0.1)
+        report.update(
+            full_set_bleu={"best": 40.0, "average": 41.0},
+            splits=10,
+            single_ahead_share=0.0,
+            rule_picks_single_share=0.5,
+            single_drop_a_to_b=0.4,
+            average_drop_a_to_b=0.0,
+        )
+        (run / cc.OUT / "report.json").write_text(json.dumps(report))
+        runs.append(str(run))
+    cc.main(runs)
+    out = capsys.readouterr().out
+    assert "over 3 runs" in out
+    assert "the run's rule minus always the average: mean -0.20 (-0.10, -0.30, -0.20)" in out
+    assert "below zero in 3 of 3; one-sample t-test t=-3.46, df=2" in out
+    with pytest.raises(SystemExit, match="no report; check the run first with --src and --ref"):
+        cc.main([str(tmp_path / "elsewhere")])
+    with pytest.raises(SystemExit, match="give both --src and --ref"):
+        cc.main([runs[0], "--src", "val.en"])
