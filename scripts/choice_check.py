@@ -161,23 +161,23 @@ def kept_report(run: Path) -> dict[str, Any]:
 
 
 def over_runs(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Each run's mean on B of TESTED's differences, and with MIN_RUNS runs or more a one-sample
-    t-test of them against zero (df = runs - 1), Holm-corrected over TESTED."""
+    """Each run's mean on B of TESTED's differences, and with MIN_RUNS runs or more that differ a
+    one-sample t-test of them against zero (df = runs - 1), Holm-corrected over those tested."""
     out: dict[str, Any] = {"runs": [r["run"] for r in reports]}
-    p_values = []
+    tested = []
     for key in TESTED:
         x = np.array([r[key]["mean"] for r in reports], dtype=np.float64)  # (runs,)
         row: dict[str, Any] = {"per_run": x.tolist(), "mean": float(x.mean())}
-        if len(x) >= MIN_RUNS:
-            sd = float(x.std(ddof=1))
-            t = float(x.mean()) / (sd / np.sqrt(len(x))) if sd > 0 else float("inf")
+        sd = float(x.std(ddof=1)) if len(x) >= MIN_RUNS else 0.0
+        if sd > 0:  # runs all equal (a rule that never picks the single: 0 each) test nothing
+            t = float(x.mean()) / (sd / np.sqrt(len(x)))
             row.update(sd=sd, t=t, df=len(x) - 1, p=student_t_two_sided_p(t, len(x) - 1))
             row["below_zero"] = int((x < 0).sum())
-            p_values.append(row["p"])
+            tested.append(key)
         out[key] = row
-    if p_values:
-        for key, adjusted in zip(TESTED, holm(p_values), strict=True):
-            out[key]["p_holm"] = adjusted
+    adjusted = holm([out[key]["p"] for key in tested])
+    for key, p_holm in zip(tested, adjusted, strict=True):
+        out[key]["p_holm"] = p_holm
     return out
 
 
@@ -185,6 +185,7 @@ def render_over_runs(summary: dict[str, Any]) -> str:
     """The over-runs summary as a few lines of text."""
     n = len(summary["runs"])
     lines = [f"over {n} runs (each run's mean on B; a test needs {MIN_RUNS} runs or more):"]
+    tested = sum("p" in summary[key] for key in TESTED)
     for key, words in TESTED.items():
         row = summary[key]
         per_run = ", ".join(f"{v:+.2f}" for v in row["per_run"])
@@ -192,8 +193,10 @@ def render_over_runs(summary: dict[str, Any]) -> str:
         if "p" in row:
             line += (
                 f"; below zero in {row['below_zero']} of {n}; one-sample t-test t={row['t']:.2f},"
-                f" df={row['df']}, p={row['p']:.3g}, Holm over {len(TESTED)}: {row['p_holm']:.3g}"
+                f" df={row['df']}, p={row['p']:.3g}, Holm over {tested}: {row['p_holm']:.3g}"
             )
+        elif n >= MIN_RUNS:
+            line += "; the same in every run: no test"
         lines.append(line)
     return "\n".join(lines)
 

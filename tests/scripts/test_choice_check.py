@@ -161,3 +161,17 @@ def test_kept_reports_are_summed_up_without_translating(
         cc.main([str(tmp_path / "elsewhere")])
     with pytest.raises(SystemExit, match="give both --src and --ref"):
         cc.main([runs[0], "--src", "val.en"])
+
+
+def test_runs_all_equal_are_not_tested() -> None:
+    """A rule that never picks the single trails the average by exactly 0 in every run: no
+    spread, no test (not t = 0 / 0 or a p of 0); the other difference is still tested, alone."""
+    reports = [fake_report(f"r{i}", 0.0, single) for i, single in enumerate([-0.2, -0.4, -0.6])]
+    summary = cc.over_runs(reports)
+    assert summary["rule_minus_average_on_b"] == {"per_run": [0.0, 0.0, 0.0], "mean": 0.0}
+    single = summary["single_minus_average_on_b"]
+    assert single["p_holm"] == pytest.approx(single["p"])  # one test: nothing to correct
+    text = cc.render_over_runs(summary)
+    assert text.count("t-test") == 1
+    assert "Holm over 1" in text
+    assert "the same in every run: no test" in text
