@@ -1,12 +1,14 @@
 """Does a run's choice of checkpoint hold on sentences it was not chosen on? A check on the
-validation set alone (docs/RESULTS.md, runs 51-53).
+validation set alone (docs/RESULTS.md, runs 51-55).
 
-A run with trainer.average_last tests average.pt only where its validation score beats best.pt's
-(seq2seq/train/testing.py). best.pt's score is the highest of the run's validations, picked on
-the same sentences, so it is optimistic. This script translates the validation set greedily (as
-training validates) with each kept checkpoint (step_*.pt, best.pt) and average.pt, then cuts the
-sentences into random halves A and B many times: on A it picks the best single checkpoint and
-applies the run's rule; on B it scores them against always taking the average.
+Until runs 51-55 decided it, a run with trainer.average_last took average.pt only where its
+validation score beat best.pt's; seq2seq/train/testing.py keeps that rule for runs stopped early,
+and a run that made its planned steps now takes the average. best.pt's score is the highest of
+the run's validations, picked on the same sentences, so it is optimistic. This script translates
+the validation set greedily (as training validates) with each kept checkpoint (step_*.pt,
+best.pt) and average.pt, then cuts the sentences into random halves A and B many times: on A it
+picks the best single checkpoint and applies the validation rule; on B it scores them against
+always taking the average.
 
 Usage:
     python scripts/choice_check.py RUN_DIR... --src val.en.gz --ref val.de.gz [--splits 1000]

@@ -39,7 +39,12 @@ from seq2seq.train.resume import (
     record_overrides,
 )
 from seq2seq.train.rundir import RunLock, check_free_space, check_writable
-from seq2seq.train.testing import choose_checkpoint, score_checkpoint, validate_checkpoint
+from seq2seq.train.testing import (
+    choose_checkpoint,
+    completed,
+    score_checkpoint,
+    validate_checkpoint,
+)
 from seq2seq.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -144,13 +149,14 @@ def train(
 
 
 def print_summary(ckpt_dir: Path, tb_dir: Path, summary: dict[str, Any]) -> None:
-    """Where the run's files are, its test BLEU, and the model chosen on the validation set."""
+    """Where the run's files are, its test BLEU, and the run's model (train/testing.py)."""
     print(f"checkpoints: {ckpt_dir}\ntensorboard: tensorboard --logdir {tb_dir}")
     for tag, results in (("", summary["test"]), (" averaged", summary.get("test_average", {}))):
         for name, scores in results.items():
             print(f"test BLEU ({name}{tag}): {scores['bleu']:.2f}")
     if "chosen" in summary:
-        print(f"the run's model, chosen on the validation set: {summary['chosen']['checkpoint']}")
+        chosen = summary["chosen"]
+        print(f"the run's model ({chosen['rule']}): {chosen['checkpoint']}")
 
 
 def write_results(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any]) -> None:
@@ -190,7 +196,8 @@ def fit_and_test(trainer: Trainer) -> dict[str, Any]:
     if trainer.cfg.trainer.average_last:
         average, sources = average_last(trainer.ckpt_dir, trainer.cfg.trainer.average_last)
         summary["valid_average"] = validate_checkpoint(trainer, average)
-        summary["chosen"] = choose_checkpoint(s, summary["valid_average"])
+        done = completed(s, trainer.cfg.trainer)
+        summary["chosen"] = choose_checkpoint(s, summary["valid_average"], done)
         summary["test_average"], length = score_checkpoint(trainer, average, ".average")
         summary["averaged"] = [p.name for p in sources]
         if length is not None:

@@ -100,11 +100,11 @@ def test_average_last_scores_best_and_average(averaged_run: Path) -> None:
     assert len(hyps) == 20
 
 
-def test_average_last_validates_the_average_and_chooses_on_valid(
+def test_average_last_validates_the_average_and_records_the_runs_model(
     averaged_run: Path, root: Path, tmp_path: Path
 ) -> None:
-    """results.json holds average.pt's validation, measured as best.pt's was in training, and
-    the model chosen by it (best_metric BLEU; best.pt on a tie)."""
+    """results.json holds average.pt's validation, measured as best.pt's was in training, beside
+    the run's model: average.pt, since the run made its planned steps."""
     ckpts = averaged_run / "checkpoints"
     summary = json.loads((averaged_run / "results.json").read_text())
     (tmp_path / "check").mkdir()
@@ -117,9 +117,10 @@ def test_average_last_validates_the_average_and_chooses_on_valid(
     assert summary["valid_average"] == pytest.approx(average)
     assert {k: summary["best_valid"][k] for k in best} == pytest.approx(best)
     assert average["loss"] != pytest.approx(best["loss"])  # two models, two measurements
-    chosen = "average.pt" if average["bleu"] > best["bleu"] else "best.pt"
+    assert summary["steps"] == 12  # the run made its max_steps: the average, whatever val says
     assert summary["chosen"] == {
-        "checkpoint": chosen,
+        "checkpoint": "average.pt",
+        "rule": "completed: the average",
         "metric": "bleu",
         "best": summary["best_valid"]["bleu"],
         "average": average["bleu"],
