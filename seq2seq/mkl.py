@@ -87,7 +87,11 @@ def use_intel_path() -> str:
     why = decide(setting, _vendor(), platform.system(), platform.machine(), "torch" in sys.modules)
     path = None if why else library()
     if path is None:
-        STATE = why or "off: seq2seq._mkl_intel was not built (no C compiler at install)"
+        here = Path(__file__).resolve().parent
+        STATE = why or (
+            f"off: seq2seq._mkl_intel is not built in {here} (`make install` or `pip install .` "
+            "builds it where a C compiler is found; a copied checkout or worktree lacks it)"
+        )
         return STATE
     try:
         ctypes.CDLL(str(path), mode=os.RTLD_GLOBAL | os.RTLD_NOW)
