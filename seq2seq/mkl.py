@@ -33,6 +33,7 @@ from pathlib import Path
 
 SETTING = "SEQ2SEQ_MKL_INTEL_PATH"
 LIBRARY = "_mkl_intel"  # the extension's name next to this file (its suffix varies)
+PACKAGE = Path(__file__).resolve().parent  # where the built library lives
 STATE = "not tried"  # what `use_intel_path` did, in words
 
 
@@ -50,9 +51,8 @@ def _vendor() -> str:
 
 def library() -> Path | None:
     """The built library (seq2seq/_mkl_intel<suffix>), or None where it was not built."""
-    here = Path(__file__).resolve().parent
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = here / f"{LIBRARY}{suffix}"
+        path = PACKAGE / f"{LIBRARY}{suffix}"
         if path.is_file():
             return path
     return None
@@ -87,9 +87,8 @@ def use_intel_path() -> str:
     why = decide(setting, _vendor(), platform.system(), platform.machine(), "torch" in sys.modules)
     path = None if why else library()
     if path is None:
-        here = Path(__file__).resolve().parent
         STATE = why or (
-            f"off: seq2seq._mkl_intel is not built in {here} (`make install` or `pip install .` "
+            f"off: seq2seq._mkl_intel is not built in {PACKAGE} (`make install` or `pip install .` "
             "builds it where a C compiler is found; a copied checkout or worktree lacks it)"
         )
         return STATE
