@@ -240,6 +240,18 @@ def test_cpu_dropout_keeps_bf16() -> None:
     assert abs(out.eq(0).float().mean().item() - 0.25) < 0.05
 
 
+def test_cpu_dropout_in_bf16_scales_by_the_rounded_scale_as_f_dropout_does() -> None:
+    """The docstring's caveat: in bf16 the kept values are 1 / (1 - p) rounded to bf16, the same
+    value F.dropout keeps."""
+    torch.manual_seed(0)
+    x = torch.ones(64, 33, dtype=torch.bfloat16)
+    ours, torch_s = dropout(x, 0.1, training=True), F.dropout(x, 0.1, training=True)
+    scale = torch.tensor(65536 / (65536 - round(0.1 * 65536))).bfloat16()
+    assert scale.item() == 1.109375  # not 1.111111
+    assert set(ours.unique().tolist()) == {0.0, scale.item()}
+    assert set(torch_s.unique().tolist()) == {0.0, scale.item()}
+
+
 def test_dropout_is_identity_when_off_and_zero_at_p_1() -> None:
     x = torch.randn(5, 6)
     assert dropout(x, 0.3, training=False) is x
