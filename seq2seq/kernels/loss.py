@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.kernels import onednn
@@ -84,38 +85,51 @@ def _chunked_loss_and_grads(
     fast = onednn.usable(h_all, w)  # float32 products on oneDNN (see onednn.py)
     w_packed = onednn.pack(w) if fast else w  # (V, D) in oneDNN's layout, for the logits
     chunk = max(1, min(chunk, n))
+    h_pad = _padded_rows(h_all, chunk)  # (N', D): N' = N rounded up to whole chunks
+    n_pad = h_pad.size(0)
     per_group = max(1, GROUP_BYTES // (chunk * v * h_all.element_size()))  # chunks
     logits = h_all.new_empty(0 if fast else chunk, v)  # (c, V) in `dtype`; oneDNN makes its own
     # float32 copies of the logits and their softmax (in fp32: the logits, and the group rows)
     x32 = logits if fp32 else logits.new_empty(chunk, v, dtype=torch.float32)  # (c, V)
     probs = None if fp32 else torch.empty_like(x32)  # (c, V)
-    group = h_all.new_empty(min(per_group * chunk, n), v)  # (g, V) rows of d loss / d logits
-    grad_hidden = torch.empty_like(h_all)  # (N, D)
+    group = h_all.new_empty(min(per_group * chunk, n_pad), v)  # (g, V) rows of d loss / d logits
+    grad_hidden = h_all.new_empty(n_pad, h_all.size(1))  # (N', D)
     grad_weight = onednn.weight_grad_zeros(v, w.size(1), h_all)  # (V, D) float32
     loss = nll = torch.zeros((), device=h_all.device)
-    for start in range(0, n, chunk):
-        end, g0 = min(start + chunk, n), start - start % group.size(0)  # g0: the group's start
-        h, t, rows = h_all[start:end], target[start:end], end - start
+    for start in range(0, n_pad, chunk):
+        end, g0 = start + chunk, start - start % group.size(0)  # g0: the group's start
+        rows = min(end, n) - start  # real rows of this chunk; the rest are padding
+        h, t = h_pad[start:end], target[start : start + rows]
         grad = group[start - g0 : end - g0]  # (c, V)
         if fast:
-            x = onednn.matmul_t(h, w_packed)  # (c, V) float32, a new tensor
+            x = onednn.matmul_t(h, w_packed)[:rows]  # (r, V) float32, a new tensor
         else:
-            torch.mm(h, w.T, out=logits[:rows])  # (c, V)
-            x = x32[:rows] if fp32 else x32[:rows].copy_(logits[:rows])  # (c, V) float32
-        p = torch.softmax(x, -1, out=grad if probs is None else probs[:rows])  # (c, V)
+            torch.mm(h, w.T, out=logits)  # (c, V)
+            x = x32[:rows] if fp32 else x32[:rows].copy_(logits[:rows])  # (r, V) float32
+        p = torch.softmax(x, -1, out=grad[:rows] if probs is None else probs[:rows])  # (r, V)
         loss_c, nll_c = _chunk_terms(x, p, t, eps, branchless)
         loss, nll = loss + loss_c, nll + nll_c
-        smoothed_grad(p, t, eps)  # (c, V) in float32
+        smoothed_grad(p, t, eps)  # (r, V) in float32
         if probs is not None:
-            grad.copy_(p)  # (c, V) in `dtype`
+            grad[:rows].copy_(p)  # (r, V) in `dtype`
+        if rows < chunk:
+            grad[rows:].zero_()  # padding rows: no gradient
         grad_hidden[start:end] = onednn.matmul_t(grad, w.T)  # (c, D)
-        if end == n or end - g0 == group.size(0):  # the group is complete
-            g, hg = group[: end - g0], h_all[g0:end]  # (g, V), (g, D)
+        if end == n_pad or end - g0 == group.size(0):  # the group is complete
+            g, hg = group[: end - g0], h_pad[g0:end]  # (g, V), (g, D)
             if fp32 and not fast:
                 grad_weight.addmm_(g.T, hg)  # (V, D)
             else:  # in bf16, autocast's dtype as for any linear layer, summed in float32
                 grad_weight.add_(onednn.weight_grad(g, hg))  # (V, D)
-    return loss, nll, grad_hidden, grad_weight
+    return loss, nll, grad_hidden[:n], grad_weight
+
+
+def _padded_rows(h: Tensor, chunk: int) -> Tensor:
+    """h (N, D) with zero rows up to a multiple of `chunk` (h itself if it is one): every
+    product of the loss then has one of a few shapes, whatever a batch's token count (oneDNN
+    builds a kernel for every new shape it meets)."""
+    extra = -h.size(0) % chunk
+    return h if extra == 0 else torch.cat((h, h.new_zeros(extra, h.size(1))))  # (N', D)
 
 
 def linear_label_smoothed_nll(
@@ -190,21 +204,26 @@ def _chunked_rdrop(
     (n, d), v = h1.shape, w.size(0)
     fast = onednn.usable(h1, w)  # float32 products on oneDNN (see onednn.py)
     w_packed = onednn.pack(w) if fast else w  # (V, D), for the logits
-    grad_h1, grad_h2 = torch.empty_like(h1), torch.empty_like(h2)  # (N, D) each
+    chunk = max(1, min(chunk, n))
+    h1, h2 = _padded_rows(h1, chunk), _padded_rows(h2, chunk)  # (N', D) each, as in
+    n_pad = h1.size(0)  # _chunked_loss_and_grads: a few product shapes whatever N
+    grad_h1, grad_h2 = torch.empty_like(h1), torch.empty_like(h2)  # (N', D) each
     grad_w = onednn.weight_grad_zeros(v, d, h1)  # (V, D) float32
     loss = nll = torch.zeros((), device=h1.device)
-    for start in range(0, n, max(1, chunk)):
-        end = min(start + max(1, chunk), n)
-        a, b, t = h1[start:end], h2[start:end], target[start:end]  # (c, D), (c, D), (c,)
-        x1 = onednn.matmul_t(a, w_packed).float()  # (c, V)
-        x2 = onednn.matmul_t(b, w_packed).float()  # (c, V)
+    for start in range(0, n_pad, chunk):
+        end = start + chunk
+        rows = min(end, n) - start  # real rows of this chunk; the rest are padding
+        a, b, t = h1[start:end], h2[start:end], target[start : start + rows]  # (c, D) x2, (r,)
+        x1 = onednn.matmul_t(a, w_packed)[:rows].float()  # (r, V)
+        x2 = onednn.matmul_t(b, w_packed)[:rows].float()  # (r, V)
         loss_c, nll_c, g1, g2 = rdrop_chunk(x1, x2, t, eps, alpha)
         loss, nll = loss + loss_c, nll + nll_c
-        g1, g2 = g1.to(h1.dtype), g2.to(h1.dtype)  # (c, V) each
+        pad = (0, 0, 0, chunk - rows)  # padding rows: no gradient
+        g1, g2 = F.pad(g1.to(h1.dtype), pad), F.pad(g2.to(h1.dtype), pad)  # (c, V) each
         grad_h1[start:end] = onednn.matmul_t(g1, w.T)  # (c, D)
         grad_h2[start:end] = onednn.matmul_t(g2, w.T)  # (c, D)
         grad_w.add_(onednn.weight_grad(g1, a)).add_(onednn.weight_grad(g2, b))  # (V, D)
-    return loss, nll, grad_h1, grad_h2, grad_w
+    return loss, nll, grad_h1[:n], grad_h2[:n], grad_w
 
 
 def rdrop_chunk(

@@ -10,7 +10,12 @@ import torch.nn.functional as F
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.kernels import loss as loss_module
 from seq2seq.kernels import onednn
-from seq2seq.kernels.loss import GROUP_BYTES, _chunk_terms, linear_label_smoothed_nll
+from seq2seq.kernels.loss import (
+    GROUP_BYTES,
+    _chunk_terms,
+    linear_label_smoothed_nll,
+    linear_rdrop,
+)
 from tests.references import smoothed_loss
 
 
@@ -97,3 +102,41 @@ def test_chunk_terms_recover_underflowed_target_probabilities(branchless: bool) 
     want_loss, want_nll = smoothed_loss(logits, target, 0.1)
     torch.testing.assert_close(nll, want_nll)
     torch.testing.assert_close(loss, want_loss)
+
+
+@pytest.mark.parametrize("rdrop", [False, True], ids=["loss", "rdrop"])
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16"])
+def test_products_have_the_same_shapes_whatever_the_row_count(
+    autocast: bool, rdrop: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last chunk is padded to a whole one: a batch's token count brings no new product
+    shape (oneDNN builds a kernel for each shape it meets), and the padding rows change
+    nothing (the sums and gradients are checked against full logits above and in test_rdrop.py,
+    at 23 rows)."""
+    seen: list[tuple[int, ...]] = []
+
+    def recording(fn):  # type: ignore[no-untyped-def]
+        def run(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            seen.append((*a.shape, *b.shape))
+            return fn(a, b)
+
+        return run
+
+    monkeypatch.setattr(onednn, "matmul_t", recording(onednn.matmul_t))
+    monkeypatch.setattr(onednn, "weight_grad", recording(onednn.weight_grad))
+    shapes = []
+    for rows in (21, 23, 24):
+        gen = torch.Generator().manual_seed(rows)
+        hidden = torch.randn(rows, 8, generator=gen)
+        weight = torch.randn(13, 8, generator=gen)
+        target = torch.randint(1, 13, (rows,), generator=gen)
+        seen.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            if rdrop:
+                loss, _ = linear_rdrop(hidden, hidden * 0.9, weight, target, 0.1, 1.0, 8)
+            else:
+                loss, _ = linear_label_smoothed_nll(hidden, weight, target, 0.1, 8)
+        assert torch.isfinite(loss)
+        shapes.append(sorted(set(seen)))
+    assert shapes[0] == shapes[1] == shapes[2]
+    assert shapes[0]  # the products went through the recorded functions
