@@ -265,3 +265,43 @@ def test_cpu_dropout_follows_the_torch_seed() -> None:
     a = dropout(x, 0.5, training=True)
     torch.manual_seed(5)
     torch.testing.assert_close(dropout(x, 0.5, training=True), a)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_bf16_training_linear_pads_its_rows_and_matches_autocast(relu: bool, bias: bool) -> None:
+    """Under bf16 autocast a training linear layer multiplies x's rows padded to a multiple of
+    PAD_ROWS (one kernel shape for many token counts); its output and the three gradients are
+    autocast's F.linear's, to bf16 rounding, and keep their dtypes."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 45, 16, generator=gen).requires_grad_()  # 135 rows: padded to 256
+    weight = torch.randn(24, 16, generator=gen).requires_grad_()
+    b = torch.randn(24, generator=gen).requires_grad_() if bias else None
+    upstream = torch.randn(3, 45, 24, generator=gen)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = cpu.linear(x, weight, b, relu)
+        want = reference.linear(x, weight, b, relu)
+    saved = got.grad_fn.next_functions[0][0].next_functions[0][0].saved_tensors
+    assert saved[0].shape == (2 * cpu.PAD_ROWS, 16)  # x's rows, padded
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want)
+    params = [t for t in (x, weight, b) if t is not None]
+    grads = torch.autograd.grad(got, params, upstream)
+    wanted = torch.autograd.grad(want, params, upstream)
+    for g, w, p in zip(grads, wanted, params, strict=True):
+        assert g.dtype == w.dtype == p.dtype == torch.float32
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2 * float(w.abs().max()))
+
+
+def test_padded_linear_output_may_be_changed_in_place() -> None:
+    """The padded product's rows are a view autograd tracks: a residual's add_ or a ReLU_ on
+    the output still gives the right gradients."""
+    x = torch.randn(5, 8, requires_grad=True)
+    weight = torch.randn(4, 8, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = cpu.linear(x, weight, None)
+        out.mul_(2)
+        want = reference.linear(x, weight, None) * 2
+    (gx,) = torch.autograd.grad(out.float().sum(), [x])
+    (wx,) = torch.autograd.grad(want.float().sum(), [x])
+    torch.testing.assert_close(gx, wx, rtol=2e-2, atol=2e-2)
