@@ -20,11 +20,10 @@
     time_alternating(candidates, run, rounds)   median seconds of each, alternating (timing.py)
 
 Two modes (trainer.kernels):
-- auto (the default): CPU tensors take the fast CPU kernels (cpu.py: oneDNN linears with packed
-  weights, bf16 training linears on rows padded to a multiple of 128, 16-bit dropout masks,
-  attention on matmuls or SDPA with padded keys, top-k and row maxima block by block; loss.py: the
-  chunked output layer + loss, and R-Drop's); tensors on any other device, CUDA included, take the
-  reference path.
+- auto (the default): CPU tensors take the fast CPU kernels (cpu.py: oneDNN linears with
+  packed weights, 16-bit dropout masks, attention on matmuls or SDPA with padded keys, top-k
+  and row maxima block by block; loss.py: the chunked output layer + loss, and R-Drop's);
+  tensors on any other device, CUDA included, take the reference path.
 - reference: plain PyTorch everywhere (reference.py): F.linear, F.scaled_dot_product_attention,
   F.dropout, F.cross_entropy(label_smoothing=...) (with F.kl_div for R-Drop) on full logits,
   torch.topk and Tensor.max.

@@ -1,7 +1,6 @@
-"""The fast CPU kernels behind seq2seq.kernels in auto mode: linear layers on oneDNN (in bf16
-training, on rows padded to a few shapes), dropout masks from 16 random bits per element, attention
-as two matmuls where SDPA's CPU kernel is slower, and the searches' top-k and row maxima block by
-block on long rows.
+"""The fast CPU kernels behind seq2seq.kernels in auto mode: linear layers on oneDNN, dropout
+masks from 16 random bits per element, attention as two matmuls where SDPA's CPU kernel is
+slower, and the searches' top-k and row maxima block by block on long rows.
 docs/BENCHMARKS.md ("Kernel notes") has the measurements behind each choice.
 
 Decoding one sentence (or its beams) costs little arithmetic a step and many small calls: there
@@ -13,8 +12,6 @@ Shapes: B batch, H heads, Tq queries, Tk keys, Dh = head width, N rows, V row le
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -37,8 +34,6 @@ FEW_QUERY_ROWS = 8
 # top-k and row maxima over at least this many elements go block by block (see `topk`)
 BLOCKED_MIN_ELEMENTS = 1 << 16
 BLOCK = 64  # elements a block
-# bfloat16 training products: rows padded to a multiple of this (see _PaddedLinear)
-PAD_ROWS = 128
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
@@ -56,8 +51,6 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         if onednn.usable(x, weight):
             return onednn.linear(x, weight, bias, relu)
-        if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
-            return padded_linear(x, weight, bias, relu)
         return reference.linear(x, weight, bias, relu)
     large = weight.numel() >= onednn.LARGE_WEIGHT
     if not large and x.numel() <= SMALL_ROWS * weight.size(1):
@@ -65,55 +58,6 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -
     if onednn.decodes(x, weight, large):
         return onednn.linear(x, weight, bias, relu)
     return reference.linear(x, weight, bias, relu)
-
-
-def padded_linear(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
-    """reference.linear under bfloat16 autocast, for training: x (..., K) -> (..., N), with
-    x's rows padded with zeros to a multiple of PAD_ROWS for the products (_PaddedLinear)."""
-    padded: Tensor = _PaddedLinear.apply(x, weight, bias, relu)  # type: ignore[no-untyped-call]
-    n = x.numel() // max(x.size(-1), 1)
-    return padded[:n].view(*x.shape[:-1], padded.size(1))  # (..., N): a view autograd tracks
-
-
-class _PaddedLinear(torch.autograd.Function):
-    """A linear layer (+ ReLU) in bfloat16 whose three products (forward, input and weight
-    gradients) run on x's rows padded to a multiple of PAD_ROWS: oneDNN builds a kernel for
-    every new product shape (3-20 ms each on an AMX Xeon, docs/BENCHMARKS.md), and every batch
-    brings a new token count, so unpadded each step would build all of its products' kernels
-    anew. The padding rows are zeros: they add nothing to the weight's gradient, and their
-    outputs are dropped. Computes what autocast's F.linear does: bf16 inputs and products,
-    gradients cast back to the inputs' dtypes."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool) -> Tensor:
-        k, n = x.size(-1), x.numel() // max(x.size(-1), 1)
-        rows = -(-n // PAD_ROWS) * PAD_ROWS
-        x16 = x.new_empty(rows, k, dtype=torch.bfloat16)  # (R, K)
-        x16[:n].copy_(x.reshape(n, k))
-        x16[n:].zero_()
-        w16 = weight.to(torch.bfloat16)  # (N, K)
-        b16 = None if bias is None else bias.to(torch.bfloat16)
-        with torch.autocast("cpu", enabled=False):
-            y = F.linear(x16, w16, b16)  # (R, N)
-            if relu:
-                y = y.relu_()
-        ctx.save_for_backward(x16, w16, y if relu else None)
-        ctx.shape = x.shape
-        ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        return y  # (R, N): padded_linear drops the padding rows
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        x16, w16, y = ctx.saved_tensors
-        n = ctx.shape.numel() // max(ctx.shape[-1], 1)
-        g = grad.to(torch.bfloat16)  # (R, N): zeros at the padding rows
-        if y is not None:
-            g = torch.ops.aten.threshold_backward(g, y, 0)  # (R, N): ReLU's gradient
-        x_dtype, w_dtype, b_dtype = ctx.dtypes
-        grad_x = (g @ w16)[:n].view(ctx.shape).to(x_dtype) if ctx.needs_input_grad[0] else None
-        grad_w = (g.T @ x16).to(w_dtype) if ctx.needs_input_grad[1] else None  # (N, K)
-        grad_b = g.sum(0).to(b_dtype) if b_dtype is not None and ctx.needs_input_grad[2] else None
-        return grad_x, grad_w, grad_b, None
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
